@@ -1,0 +1,32 @@
+"""``python -m ckpt_convert {hf,gguf} SRC OUT_DIR``: convert a checkpoint, exit 2 with the reason on failure."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from mindspore_eagle.errors import EagleError
+
+from .convert import convert_gguf, convert_hf
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ckpt_convert", description=__doc__)
+    parser.add_argument("kind", choices=["hf", "gguf"], help="source format")
+    parser.add_argument("src", help="HF checkpoint directory, or a .gguf file")
+    parser.add_argument("out", help="output model directory (written atomically)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    args = parser.parse_args(argv)
+    try:
+        fn = convert_hf if args.kind == "hf" else convert_gguf
+        cfg = fn(args.src, args.out, overwrite=args.overwrite)
+    except EagleError as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    print(f"converted {args.src} -> {args.out} ({cfg.architecture}, {cfg.num_layers} layers, "
+          f"hidden {cfg.hidden_size}, vocab {cfg.vocab_size})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

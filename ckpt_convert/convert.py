@@ -1,0 +1,163 @@
+"""Convert HF safetensors and GGUF checkpoints into a mindspore_eagle model directory.
+
+A model directory holds ``config.json`` (our ``TeacherConfig``), ``model.ckpt`` (MindSpore checkpoint,
+Linear weights ``[in, out]``) and the tokenizer files. Conversion is strict and atomic:
+
+1. read every source tensor and map its name (tables in ``name_map``);
+2. compare against the names and shapes the config implies; every missing, unexpected or mis-shaped tensor
+   is listed in one ``CheckpointError`` and nothing is written;
+3. write into a temporary sibling directory and rename it into place, so a failure at any point leaves no
+   output behind (and an existing output is only replaced once the new one is complete).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from typing import Callable, Mapping
+
+import numpy as np
+
+from mindspore_eagle.config import TeacherConfig
+from mindspore_eagle.errors import CheckpointError, ConfigError
+from mindspore_eagle.models.pangu import expected_weight_shapes
+
+from .name_map import HF_STALE_SUFFIXES, gguf_name_to_ours, is_linear_weight, unpermute_rope_rows
+from .readers import read_gguf, read_safetensors
+
+CKPT_NAME = "model.ckpt"
+HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
+                      "generation_config.json", "chat_template.jinja")
+
+
+def check_tensors(tensors: Mapping[str, np.ndarray], expected: Mapping[str, tuple[int, ...]], source: str) -> None:
+    """Raise one CheckpointError listing every missing, unexpected and mis-shaped tensor."""
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    misshaped = sorted(f"{n}: got {tuple(tensors[n].shape)}, expected {expected[n]}"
+                       for n in set(tensors) & set(expected) if tuple(tensors[n].shape) != tuple(expected[n]))
+    problems = []
+    if missing:
+        problems.append(f"missing {len(missing)}: {missing}")
+    if unexpected:
+        problems.append(f"unexpected {len(unexpected)}: {unexpected}")
+    if misshaped:
+        problems.append(f"mis-shaped {len(misshaped)}: {misshaped}")
+    if problems:
+        raise CheckpointError(f"{source}: checkpoint does not match the model config; " + "; ".join(problems))
+
+
+def hf_to_ours(tensors: Mapping[str, np.ndarray], cfg: TeacherConfig) -> dict[str, np.ndarray]:
+    """Rename (identity) and re-orient HF tensors; drop known stale buffers and a duplicated tied head."""
+    out: dict[str, np.ndarray] = {}
+    for name, arr in tensors.items():
+        if name.endswith(HF_STALE_SUFFIXES):
+            continue
+        if name == "lm_head.weight" and cfg.tie_word_embeddings:
+            continue  # some tied checkpoints store the shared matrix twice
+        out[name] = np.ascontiguousarray(arr.T) if is_linear_weight(name) and arr.ndim == 2 else arr
+    return out
+
+
+def gguf_to_ours(tensors: Mapping[str, np.ndarray], cfg: TeacherConfig) -> dict[str, np.ndarray]:
+    """Map llama.cpp names to ours, undo the q/k row permutation and re-orient Linear weights."""
+    out: dict[str, np.ndarray] = {}
+    unknown = []
+    for name, arr in tensors.items():
+        ours = gguf_name_to_ours(name)
+        if ours is None:
+            unknown.append(name)
+            continue
+        if ours.endswith("q_proj.weight"):
+            arr = unpermute_rope_rows(arr, cfg.num_heads)
+        elif ours.endswith("k_proj.weight"):
+            arr = unpermute_rope_rows(arr, cfg.num_kv_heads)
+        elif ours.endswith("q_proj.bias"):
+            arr = unpermute_rope_rows(arr, cfg.num_heads)
+        elif ours.endswith("k_proj.bias"):
+            arr = unpermute_rope_rows(arr, cfg.num_kv_heads)
+        out[ours] = np.ascontiguousarray(arr.T) if is_linear_weight(ours) and arr.ndim == 2 else arr
+    if unknown:
+        raise CheckpointError(f"GGUF tensors with no mapping to this model (unsupported variant?): {sorted(unknown)}")
+    return out
+
+
+def write_model_dir(out_dir: str, cfg: TeacherConfig, tensors: Mapping[str, np.ndarray],
+                    extra: Callable[[str], None] | None = None, overwrite: bool = False) -> None:
+    """Write config, checkpoint and extras into a temp dir beside ``out_dir``, then rename it into place."""
+    import mindspore as ms
+
+    out_dir = os.path.abspath(out_dir)
+    if os.path.exists(out_dir) and os.listdir(out_dir) and not overwrite:
+        raise CheckpointError(f"{out_dir} already exists and is not empty (pass overwrite=True / --overwrite)")
+    parent = os.path.dirname(out_dir)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".convert-", dir=parent)
+    try:
+        with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(cfg.to_dict(), f, indent=2, sort_keys=True)
+        params = [{"name": n, "data": ms.Tensor(np.asarray(a, np.float32))} for n, a in sorted(tensors.items())]
+        ms.save_checkpoint(params, os.path.join(tmp, CKPT_NAME))
+        if extra is not None:
+            extra(tmp)
+        if os.path.exists(out_dir):
+            old = out_dir + ".old-" + os.path.basename(tmp)
+            os.replace(out_dir, old)
+            os.replace(tmp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def convert_hf(src: str, out_dir: str, overwrite: bool = False, aux_layer_ids: tuple[int, ...] = ()) -> TeacherConfig:
+    """HF checkpoint dir (config.json + safetensors, single or sharded; fp32/fp16/bf16) -> model dir."""
+    cfg_path = os.path.join(src, "config.json")
+    if not os.path.isfile(cfg_path):
+        raise CheckpointError(f"{src}: no config.json")
+    with open(cfg_path, encoding="utf-8") as f:
+        try:
+            hf_cfg = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{cfg_path}: not valid JSON ({exc})") from None
+    cfg = TeacherConfig.from_hf_dict(hf_cfg)
+    if aux_layer_ids:
+        cfg = _with_aux(cfg, aux_layer_ids)
+    tensors = hf_to_ours(read_safetensors(src), cfg)
+    check_tensors(tensors, expected_weight_shapes(cfg), src)
+
+    def copy_tokenizer(tmp: str) -> None:
+        for name in HF_TOKENIZER_FILES:
+            if os.path.isfile(os.path.join(src, name)):
+                shutil.copyfile(os.path.join(src, name), os.path.join(tmp, name))
+
+    write_model_dir(out_dir, cfg, tensors, copy_tokenizer, overwrite)
+    return cfg
+
+
+def convert_gguf(path: str, out_dir: str, overwrite: bool = False, aux_layer_ids: tuple[int, ...] = ()) -> TeacherConfig:
+    """llama-architecture GGUF (any quantisation the ``gguf`` package dequantizes) -> model dir."""
+    meta, raw = read_gguf(path)
+    cfg = TeacherConfig.from_gguf_metadata(meta, tied="output.weight" not in raw)
+    if aux_layer_ids:
+        cfg = _with_aux(cfg, aux_layer_ids)
+    tensors = gguf_to_ours(raw, cfg)
+    check_tensors(tensors, expected_weight_shapes(cfg), path)
+
+    def export_tokenizer(tmp: str) -> None:
+        from mindspore_eagle.tokenizer import export_gguf_tokenizer
+
+        export_gguf_tokenizer(path, tmp)
+
+    write_model_dir(out_dir, cfg, tensors, export_tokenizer, overwrite)
+    return cfg
+
+
+def _with_aux(cfg: TeacherConfig, aux_layer_ids: tuple[int, ...]) -> TeacherConfig:
+    from mindspore_eagle.config import replace
+
+    return replace(cfg, aux_layer_ids=tuple(aux_layer_ids))

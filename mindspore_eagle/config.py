@@ -1,0 +1,290 @@
+"""Frozen configuration dataclasses, validated where they enter the system.
+
+A config object is built once (from a HuggingFace ``config.json``, a GGUF header or our own saved JSON),
+checked in ``__post_init__``, and never mutated. Every invalid value raises ``ConfigError`` naming the field,
+so a bad file fails at load time and not inside a compiled graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .errors import ConfigError
+
+# HF architecture name -> (qkv_bias, o_bias). openPangu-Embedded puts a bias on q, k, v and o (its
+# config key ``bias``); Qwen2 on q, k, v only; Llama on none (unless ``attention_bias``).
+_ARCHITECTURES = {
+    "PanguEmbeddedForCausalLM": "pangu",
+    "LlamaForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+}
+
+
+def _require_positive(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{type(obj).__name__}.{name}={value!r}: must be an integer >= 1")
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """RoPE frequency scaling. ``kind`` is ``"linear"`` or ``"llama3"`` (Llama-3.x checkpoints)."""
+
+    kind: str
+    factor: float
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("linear", "llama3"):
+            raise ConfigError(f"RopeScaling.kind={self.kind!r}: supported kinds are 'linear' and 'llama3'")
+        if not self.factor > 0:
+            raise ConfigError(f"RopeScaling.factor={self.factor!r}: must be > 0")
+
+    @classmethod
+    def from_hf(cls, d: Mapping[str, Any] | None) -> "RopeScaling | None":
+        if not d:
+            return None
+        kind = d.get("rope_type", d.get("type"))
+        if kind == "default":
+            return None
+        try:
+            return cls(
+                kind=kind,
+                factor=float(d["factor"]),
+                low_freq_factor=float(d.get("low_freq_factor", 1.0)),
+                high_freq_factor=float(d.get("high_freq_factor", 4.0)),
+                original_max_position_embeddings=int(d.get("original_max_position_embeddings", 8192)),
+            )
+        except KeyError as exc:
+            raise ConfigError(f"rope_scaling {dict(d)!r}: missing key {exc}") from None
+
+
+@dataclass(frozen=True)
+class TeacherConfig:
+    """Shape and numerics of a Llama-family decoder (openPangu-Embedded, Llama, Qwen2, SmolLM2).
+
+    ``aux_layer_ids`` are the EAGLE-3 taps: the hidden states that are the *inputs* of these layers
+    (default ``(2, n//2, n-3)``, low / mid / high) are returned next to the logits.
+    """
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int = 0  # 0 -> hidden_size // num_heads
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_scaling: RopeScaling | None = None
+    max_position_embeddings: int = 4096
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    o_bias: bool = False
+    architecture: str = "llama"
+    aux_layer_ids: tuple[int, ...] = ()
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+                          "num_kv_heads", "max_position_embeddings")
+        if self.head_dim == 0:
+            if self.hidden_size % self.num_heads:
+                raise ConfigError(f"TeacherConfig.hidden_size={self.hidden_size} is not divisible by "
+                                  f"num_heads={self.num_heads}; give head_dim explicitly")
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
+        _require_positive(self, "head_dim")
+        if self.head_dim % 2:
+            raise ConfigError(f"TeacherConfig.head_dim={self.head_dim}: rotary embeddings need an even head_dim")
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError(f"TeacherConfig.num_heads={self.num_heads} is not a multiple of "
+                              f"num_kv_heads={self.num_kv_heads} (grouped-query attention)")
+        if not self.rms_norm_eps > 0:
+            raise ConfigError(f"TeacherConfig.rms_norm_eps={self.rms_norm_eps}: must be > 0")
+        if not self.rope_theta > 0:
+            raise ConfigError(f"TeacherConfig.rope_theta={self.rope_theta}: must be > 0")
+        if self.architecture not in _ARCHITECTURES.values():
+            raise ConfigError(f"TeacherConfig.architecture={self.architecture!r}: "
+                              f"expected one of {sorted(set(_ARCHITECTURES.values()))}")
+        if not self.aux_layer_ids:
+            n = self.num_layers
+            object.__setattr__(self, "aux_layer_ids", (min(2, n - 1), n // 2, max(n - 3, 0)))
+        object.__setattr__(self, "aux_layer_ids", tuple(int(i) for i in self.aux_layer_ids))
+        for i in self.aux_layer_ids:
+            if not 0 <= i < self.num_layers:
+                raise ConfigError(f"TeacherConfig.aux_layer_ids={self.aux_layer_ids}: layer {i} is outside "
+                                  f"[0, {self.num_layers})")
+        object.__setattr__(self, "eos_token_ids", tuple(int(i) for i in self.eos_token_ids))
+        for i in self.eos_token_ids + ((self.bos_token_id,) if self.bos_token_id is not None else ()):
+            if not 0 <= i < self.vocab_size:
+                raise ConfigError(f"TeacherConfig: special token id {i} is outside the vocabulary "
+                                  f"[0, {self.vocab_size})")
+
+    @property
+    def num_kv_groups(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+    # ---- construction from the formats we accept -------------------------------------------------
+    @classmethod
+    def from_hf_dict(cls, d: Mapping[str, Any]) -> "TeacherConfig":
+        """Build from a HuggingFace ``config.json`` (openPangu-Embedded, Llama or Qwen2)."""
+        archs = d.get("architectures") or []
+        arch = next((_ARCHITECTURES[a] for a in archs if a in _ARCHITECTURES), None)
+        if arch is None:
+            raise ConfigError(f"config.json architectures={archs!r}: unsupported; expected one of "
+                              f"{sorted(_ARCHITECTURES)}")
+        if d.get("hidden_act", "silu") != "silu":
+            raise ConfigError(f"config.json hidden_act={d['hidden_act']!r}: only 'silu' (SwiGLU) is supported")
+        if arch == "pangu":
+            qkv_bias = o_bias = bool(d.get("bias", True))
+        elif arch == "qwen2":
+            qkv_bias, o_bias = True, False
+        else:
+            qkv_bias = o_bias = bool(d.get("attention_bias", False))
+        try:
+            eos = d.get("eos_token_id")
+            eos_ids = tuple(eos) if isinstance(eos, (list, tuple)) else ((eos,) if eos is not None else ())
+            return cls(
+                vocab_size=int(d["vocab_size"]),
+                hidden_size=int(d["hidden_size"]),
+                intermediate_size=int(d["intermediate_size"]),
+                num_layers=int(d["num_hidden_layers"]),
+                num_heads=int(d["num_attention_heads"]),
+                num_kv_heads=int(d.get("num_key_value_heads") or d["num_attention_heads"]),
+                head_dim=int(d.get("head_dim") or 0),
+                rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
+                rope_theta=float(d.get("rope_theta", 10000.0)),
+                rope_scaling=RopeScaling.from_hf(d.get("rope_scaling")),
+                max_position_embeddings=int(d.get("max_position_embeddings", 4096)),
+                tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+                qkv_bias=qkv_bias,
+                o_bias=o_bias,
+                architecture=arch,
+                bos_token_id=d.get("bos_token_id"),
+                eos_token_ids=eos_ids,
+            )
+        except KeyError as exc:
+            raise ConfigError(f"config.json is missing required key {exc}") from None
+
+    @classmethod
+    def from_gguf_metadata(cls, meta: Mapping[str, Any], tied: bool) -> "TeacherConfig":
+        """Build from the ``llama.*`` keys of a GGUF header (``tied``: the file has no ``output.weight``)."""
+        arch = meta.get("general.architecture")
+        if arch != "llama":
+            raise ConfigError(f"GGUF general.architecture={arch!r}: only 'llama' is supported")
+        try:
+            heads = int(meta["llama.attention.head_count"])
+            hidden = int(meta["llama.embedding_length"])
+            eos = meta.get("tokenizer.ggml.eos_token_id")
+            return cls(
+                vocab_size=int(meta.get("llama.vocab_size") or len(meta["tokenizer.ggml.tokens"])),
+                hidden_size=hidden,
+                intermediate_size=int(meta["llama.feed_forward_length"]),
+                num_layers=int(meta["llama.block_count"]),
+                num_heads=heads,
+                num_kv_heads=int(meta.get("llama.attention.head_count_kv", heads)),
+                head_dim=int(meta.get("llama.rope.dimension_count", hidden // heads)),
+                rms_norm_eps=float(meta["llama.attention.layer_norm_rms_epsilon"]),
+                rope_theta=float(meta.get("llama.rope.freq_base", 10000.0)),
+                max_position_embeddings=int(meta.get("llama.context_length", 4096)),
+                tie_word_embeddings=tied,
+                architecture="llama",
+                bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
+                eos_token_ids=(int(eos),) if eos is not None else (),
+            )
+        except KeyError as exc:
+            raise ConfigError(f"GGUF header is missing required key {exc}") from None
+
+    # ---- our own serialisation --------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["format"] = "mindspore_eagle.teacher"
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "TeacherConfig":
+        d = dict(d)
+        if d.pop("format", None) != "mindspore_eagle.teacher":
+            # A HuggingFace config.json: route it through the HF mapping.
+            return cls.from_hf_dict(d)
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ConfigError(f"TeacherConfig: unknown keys {unknown}")
+        if d.get("rope_scaling"):
+            d["rope_scaling"] = RopeScaling(**d["rope_scaling"])
+        for key in ("aux_layer_ids", "eos_token_ids"):
+            if key in d:
+                d[key] = tuple(d[key])
+        return cls(**d)
+
+    @classmethod
+    def load(cls, path: str) -> "TeacherConfig":
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                d = json.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"no config file at {path}") from None
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+        return cls.from_dict(d)
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """How a teacher runs: cache size, batch, execution mode and the static shape buckets.
+
+    ``buckets`` are the token counts a forward may have; each compiles one graph. ``prefill_chunk``
+    must be one of them; 1 must be among them (decode).
+    """
+
+    max_cache_len: int = 1024
+    batch_size: int = 1
+    exec_mode: str = "performance"  # "performance" (graph) or "reference" (PyNative)
+    device: str = "CPU"
+    buckets: tuple[int, ...] = (1, 8, 16, 32, 64)
+    prefill_chunk: int = 64
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "max_cache_len", "batch_size", "prefill_chunk")
+        if self.exec_mode not in ("performance", "reference"):
+            raise ConfigError(f"RuntimeConfig.exec_mode={self.exec_mode!r}: expected 'performance' or 'reference'")
+        if self.device not in ("CPU", "Ascend"):
+            raise ConfigError(f"RuntimeConfig.device={self.device!r}: expected 'CPU' or 'Ascend'")
+        buckets = tuple(sorted(set(int(b) for b in self.buckets)))
+        if not buckets or buckets[0] < 1:
+            raise ConfigError(f"RuntimeConfig.buckets={self.buckets!r}: must be positive integers")
+        if 1 not in buckets:
+            raise ConfigError(f"RuntimeConfig.buckets={self.buckets!r}: must contain 1 (the decode step)")
+        if self.prefill_chunk not in buckets:
+            raise ConfigError(f"RuntimeConfig.prefill_chunk={self.prefill_chunk} must be one of the buckets {buckets}")
+        if buckets[-1] > self.max_cache_len:
+            raise ConfigError(f"RuntimeConfig.buckets: largest bucket {buckets[-1]} exceeds "
+                              f"max_cache_len={self.max_cache_len}")
+        object.__setattr__(self, "buckets", buckets)
+
+    def bucket_for(self, num_tokens: int) -> int:
+        """Smallest bucket holding ``num_tokens`` (ConfigError when none does)."""
+        for b in self.buckets:
+            if b >= num_tokens:
+                return b
+        raise ConfigError(f"{num_tokens} tokens exceed the largest bucket {self.buckets[-1]} "
+                          f"(RuntimeConfig.buckets={self.buckets})")
+
+
+def replace(cfg: Any, **changes: Any) -> Any:
+    """``dataclasses.replace`` that re-runs validation (frozen configs are rebuilt, never mutated)."""
+    return dataclasses.replace(cfg, **changes)
+
+
+__all__ = ["TeacherConfig", "RuntimeConfig", "RopeScaling", "replace"]

@@ -1,0 +1,179 @@
+"""Building blocks of a Llama-family decoder: Linear, RMSNorm, rotary embeddings, cached GQA attention, SwiGLU.
+
+Why these are written by hand: on the CPU backend MindSpore has no fused RMSNorm, RoPE or attention kernel,
+and ``nn.Dense`` stores weights ``[out, in]`` and multiplies 3-D by 2-D, which lowers to
+BroadcastTo + BatchMatMul (measured 5x slower). Every Linear here keeps its weight ``[in, out]`` and does one
+2-D ``MatMul`` on the flattened tokens.
+
+Parameter names mirror HuggingFace (``self_attn.q_proj.weight`` ...) so a checkpoint maps onto this model
+by name; only the orientation of Linear weights differs (transposed by the converter).
+"""
+
+from __future__ import annotations
+
+import math
+
+import mindspore as ms
+import numpy as np
+from mindspore import Parameter, Tensor, nn, ops
+
+from ..config import RopeScaling, TeacherConfig
+
+
+class Linear(nn.Cell):
+    """``y = x @ weight + bias`` with ``weight [in, out]``, one 2-D matmul over all leading dims."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False):
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.weight = Parameter(Tensor(np.zeros((in_features, out_features), np.float32)), name="weight")
+        self.has_bias = bias
+        if bias:
+            self.bias = Parameter(Tensor(np.zeros((out_features,), np.float32)), name="bias")
+        self.matmul = ops.MatMul()
+
+    def construct(self, x):
+        lead = x.shape[:-1]
+        y = self.matmul(x.reshape(-1, self.in_features), self.weight)  # [prod(lead), out]
+        if self.has_bias:
+            y = y + self.bias
+        return y.reshape(lead + (self.out_features,))
+
+
+class Embedding(nn.Cell):
+    """Token embedding ``weight [vocab, hidden]``; also the tied LM head of SmolLM2-style models."""
+
+    def __init__(self, vocab_size: int, dim: int):
+        super().__init__()
+        self.weight = Parameter(Tensor(np.zeros((vocab_size, dim), np.float32)), name="weight")
+
+    def construct(self, ids):
+        return ops.gather(self.weight, ids, 0)
+
+
+class RMSNorm(nn.Cell):
+    """``x / sqrt(mean(x^2) + eps) * weight`` (Llama's RMSNorm, computed in fp32)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = Parameter(Tensor(np.ones((dim,), np.float32)), name="weight")
+        self.eps = eps
+
+    def construct(self, x):
+        var = ops.mean(ops.square(x), -1, keep_dims=True)
+        return x * ops.rsqrt(var + self.eps) * self.weight
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling | None) -> np.ndarray:
+    """Inverse frequencies ``[head_dim/2]`` in float32, as HuggingFace computes them (incl. llama3 scaling)."""
+    exponents = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
+    inv_freq = (np.float32(1.0) / (np.float32(theta) ** exponents)).astype(np.float32)
+    if scaling is None:
+        return inv_freq
+    if scaling.kind == "linear":
+        return (inv_freq / np.float32(scaling.factor)).astype(np.float32)
+    # llama3: long wavelengths are divided by `factor`, short ones kept, the band between interpolated.
+    old_len = scaling.original_max_position_embeddings
+    low_wavelen = old_len / scaling.low_freq_factor
+    high_wavelen = old_len / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = np.where(wavelen > low_wavelen, inv_freq / scaling.factor, inv_freq)
+    smooth = (old_len / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def rope_tables(cfg: TeacherConfig, max_positions: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin tables ``[max_positions, head_dim]`` in HF's rotate-half layout (halves repeated)."""
+    inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
+    pos = np.arange(max_positions, dtype=np.float32)[:, None]
+    freqs = (pos * inv_freq[None, :]).astype(np.float32)  # [P, D/2]
+    emb = np.concatenate([freqs, freqs], axis=-1)  # [P, D]
+    return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
+
+
+def apply_rope(x, cos, sin):
+    """Rotate ``x [B, H, T, D]`` by ``cos/sin [B, 1, T, D]`` (rotate-half: ``[-x2, x1]``)."""
+    half = x.shape[-1] // 2
+    x1 = x[..., :half]
+    x2 = x[..., half:]
+    rotated = ops.concat((-x2, x1), -1)
+    return x * cos + rotated * sin
+
+
+class CachedAttention(nn.Cell):
+    """Grouped-query attention over a static KV cache owned by this cell.
+
+    The cache is two ``Parameter`` buffers ``[B, kv_heads, max_len, head_dim]``. A forward first scatters
+    the new keys/values into the rows given by ``write_idx`` and then attends over the *whole* buffer; the
+    additive ``mask [B, 1, T, max_len]`` decides which rows each query sees (committed prefix, its own tree
+    ancestors, itself), so stale or speculative rows never leak in.
+
+    GQA without repeating K/V: the ``rep = heads / kv_heads`` query heads that share a KV head are folded
+    into the row axis, ``q [B, H, T, D] -> [B, Hkv, rep*T, D]``, and one BatchMatMul runs against the cache.
+    """
+
+    def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int):
+        super().__init__()
+        h, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim, self.rep = h, hkv, d, h // hkv
+        self.q_proj = Linear(cfg.hidden_size, h * d, cfg.qkv_bias)
+        self.k_proj = Linear(cfg.hidden_size, hkv * d, cfg.qkv_bias)
+        self.v_proj = Linear(cfg.hidden_size, hkv * d, cfg.qkv_bias)
+        self.o_proj = Linear(h * d, cfg.hidden_size, cfg.o_bias)
+        shape = (batch_size, hkv, max_len, d)
+        self.k_cache = Parameter(Tensor(np.zeros(shape, np.float32)), name="k_cache", requires_grad=False)
+        self.v_cache = Parameter(Tensor(np.zeros(shape, np.float32)), name="v_cache", requires_grad=False)
+        self.scale = 1.0 / math.sqrt(d)
+        self.qk = ops.BatchMatMul(transpose_b=True)
+        self.pv = ops.BatchMatMul()
+        self.softmax = ops.Softmax(-1)
+
+    def construct(self, x, cos, sin, mask, write_idx):
+        b, t, _ = x.shape
+        q = self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim).transpose(0, 2, 1, 3)  # [B, H, T, D]
+        k = self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim).transpose(0, 2, 1, 3)  # [B, Hkv, T, D]
+        v = self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim).transpose(0, 2, 1, 3)
+        q = apply_rope(q, cos, sin)
+        k = apply_rope(k, cos, sin)
+        k_all = ops.scatter_nd_update(self.k_cache, write_idx, k)  # [B, Hkv, S, D]
+        v_all = ops.scatter_nd_update(self.v_cache, write_idx, v)
+        q = q.reshape(b, self.num_kv_heads, self.rep * t, self.head_dim)  # fold the query group into rows
+        scores = self.qk(q, k_all) * self.scale  # [B, Hkv, rep*T, S]
+        s = scores.shape[-1]
+        scores = scores.reshape(b, self.num_kv_heads, self.rep, t, s) + mask.reshape(b, 1, 1, t, s)
+        probs = self.softmax(scores).reshape(b, self.num_kv_heads, self.rep * t, s)
+        out = self.pv(probs, v_all)  # [B, Hkv, rep*T, D]
+        out = out.reshape(b, self.num_heads, t, self.head_dim).transpose(0, 2, 1, 3).reshape(b, t, -1)
+        return self.o_proj(out)
+
+
+class SwiGLU(nn.Cell):
+    """``down(silu(gate(x)) * up(x))``."""
+
+    def __init__(self, hidden: int, intermediate: int):
+        super().__init__()
+        self.gate_proj = Linear(hidden, intermediate)
+        self.up_proj = Linear(hidden, intermediate)
+        self.down_proj = Linear(intermediate, hidden)
+
+    def construct(self, x):
+        return self.down_proj(ops.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def write_index(cache_rows, num_kv_heads: int):
+    """Scatter index ``[B, Hkv, T, 3]`` (batch, head, row) for writing token ``t`` of batch ``b`` to row
+    ``cache_rows[b, t]`` of every KV head. Built once per forward and shared by all layers.
+
+    Example: B=1, Hkv=2, cache_rows=[[5, 6]] ->
+        [[[[0,0,5],[0,0,6]], [[0,1,5],[0,1,6]]]]
+    """
+    b, t = cache_rows.shape
+    rows = ops.cast(cache_rows, ms.int64).reshape(b, 1, t, 1)
+    rows = ops.broadcast_to(rows, (b, num_kv_heads, t, 1))
+    bi = ops.broadcast_to(ops.arange(b, dtype=ms.int64).reshape(b, 1, 1, 1), (b, num_kv_heads, t, 1))
+    hi = ops.broadcast_to(ops.arange(num_kv_heads, dtype=ms.int64).reshape(1, num_kv_heads, 1, 1),
+                          (b, num_kv_heads, t, 1))
+    return ops.concat((bi, hi, rows), -1)

@@ -1,0 +1,126 @@
+"""The teacher: a Pangu (openPangu-Embedded) decoder, which also runs Llama, Qwen2 and SmolLM2 checkpoints.
+
+openPangu-Embedded is Llama with a bias on q, k, v and o; Qwen2 has the bias on q, k, v only; Llama and
+SmolLM2 have none. ``TeacherConfig.qkv_bias`` / ``o_bias`` select the variant, so one Cell serves all four.
+
+State is explicit: ``construct`` receives the token ids, their positions, the additive attention mask over
+the whole static cache and the cache rows to write. It never decides what a token may see; the caller
+(greedy loop or tree verifier) does, through the mask. It returns the logits of every input token and the
+EAGLE-3 features: the hidden states entering layers ``cfg.aux_layer_ids`` concatenated low|mid|high.
+"""
+
+from __future__ import annotations
+
+from mindspore import Tensor, nn, ops
+
+from ..config import TeacherConfig
+from .layers import CachedAttention, Embedding, Linear, RMSNorm, SwiGLU, rope_tables, write_index
+
+
+class DecoderLayer(nn.Cell):
+    def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = CachedAttention(cfg, batch_size, max_len)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
+
+    def construct(self, x, cos, sin, mask, write_idx):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, write_idx)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class PanguModel(nn.Cell):
+    def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int):
+        super().__init__()
+        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.CellList([DecoderLayer(cfg, batch_size, max_len) for _ in range(cfg.num_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class PanguForCausalLM(nn.Cell):
+    """Teacher Cell. ``construct(input_ids, positions, mask, cache_rows) -> (logits, aux_hidden)``.
+
+    Shapes: ``input_ids, positions, cache_rows [B, T]`` int32; ``mask [B, 1, T, max_len]`` float32 additive
+    (see ``mindspore_eagle.tree.mask``); ``logits [B, T, vocab]``; ``aux_hidden [B, T, 3 * hidden]``.
+    Positions index the rotary table; ``cache_rows`` say where each token's K/V is written. They usually
+    coincide for a chain, and differ inside a tree (a node at depth d has position L + d but row L + i).
+    """
+
+    def __init__(self, cfg: TeacherConfig, batch_size: int = 1, max_len: int = 1024):
+        super().__init__()
+        self.cfg = cfg
+        self.batch_size = batch_size
+        self.max_len = max_len
+        self.model = PanguModel(cfg, batch_size, max_len)
+        if not cfg.tie_word_embeddings:
+            self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size)
+        self.tied = cfg.tie_word_embeddings
+        self.logits_matmul = ops.MatMul(transpose_b=True)
+        n_pos = max(cfg.max_position_embeddings, max_len)
+        cos, sin = rope_tables(cfg, n_pos)
+        self.cos_table = Tensor(cos)  # [P, D] constants, gathered by position
+        self.sin_table = Tensor(sin)
+        self.aux_ids = tuple(cfg.aux_layer_ids)
+        self.num_kv_heads = cfg.num_kv_heads
+
+    def construct(self, input_ids, positions, mask, cache_rows):
+        b, t = input_ids.shape
+        x = self.model.embed_tokens(input_ids)  # [B, T, H]
+        cos = ops.gather(self.cos_table, positions, 0).reshape(b, 1, t, -1)  # [B, 1, T, D]
+        sin = ops.gather(self.sin_table, positions, 0).reshape(b, 1, t, -1)
+        write_idx = write_index(cache_rows, self.num_kv_heads)
+        taps = ()
+        for i, layer in enumerate(self.model.layers):
+            if i in self.aux_ids:
+                taps = taps + (x,)
+            x = layer(x, cos, sin, mask, write_idx)
+        h = self.model.norm(x)
+        h2 = h.reshape(b * t, -1)
+        if self.tied:
+            logits = self.logits_matmul(h2, self.model.embed_tokens.weight)
+        else:
+            logits = ops.MatMul()(h2, self.lm_head.weight)
+        logits = logits.reshape(b, t, -1)
+        return logits, ops.concat(taps, -1)
+
+    def weight_parameters(self) -> dict:
+        """Name -> Parameter for every checkpointed weight (KV cache buffers excluded)."""
+        return {p.name: p for p in self.get_parameters() if not p.name.endswith(("k_cache", "v_cache"))}
+
+    def cache_parameters(self) -> list:
+        """The per-layer ``(k_cache, v_cache)`` Parameter pairs, in layer order."""
+        return [(layer.self_attn.k_cache, layer.self_attn.v_cache) for layer in self.model.layers]
+
+    def expected_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {name: tuple(p.shape) for name, p in self.weight_parameters().items()}
+
+
+def expected_weight_shapes(cfg: TeacherConfig) -> dict[str, tuple[int, ...]]:
+    """Checkpoint names and shapes of a teacher, computed from the config alone (no Cell built).
+
+    Linear weights are ``[in, out]``. Used by the converter to validate before anything is written.
+    """
+    h, d, i = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
+    q_out, kv_out = cfg.num_heads * d, cfg.num_kv_heads * d
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (cfg.vocab_size, h), "model.norm.weight": (h,)}
+    for n in range(cfg.num_layers):
+        p = f"model.layers.{n}."
+        shapes[p + "input_layernorm.weight"] = (h,)
+        shapes[p + "post_attention_layernorm.weight"] = (h,)
+        for name, out in (("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)):
+            shapes[p + f"self_attn.{name}.weight"] = (h, out)
+            if cfg.qkv_bias:
+                shapes[p + f"self_attn.{name}.bias"] = (out,)
+        shapes[p + "self_attn.o_proj.weight"] = (q_out, h)
+        if cfg.o_bias:
+            shapes[p + "self_attn.o_proj.bias"] = (h,)
+        shapes[p + "mlp.gate_proj.weight"] = (h, i)
+        shapes[p + "mlp.up_proj.weight"] = (h, i)
+        shapes[p + "mlp.down_proj.weight"] = (i, h)
+    if not cfg.tie_word_embeddings:
+        shapes["lm_head.weight"] = (h, cfg.vocab_size)
+    return shapes
+
+
+__all__ = ["PanguForCausalLM", "expected_weight_shapes"]

@@ -1,0 +1,470 @@
+"""Tokenizers and chat formats: text <-> token ids, and a conversation -> the prompt the teacher was tuned on.
+
+Speculative decoding is only lossless with respect to the teacher if the prompt ids are exactly the ones the
+teacher's own tokenizer produces, so both tokenizers here are built to match a named reference:
+
+* ``BPETokenizer`` -- byte-level BPE on the HuggingFace ``tokenizers`` library. Built from a GGUF's
+  ``tokenizer.ggml.*`` metadata (llama.cpp's layout) or from an HF ``tokenizer.json``;
+  ``export_gguf_tokenizer`` writes the second from the first, so a converted model needs no GGUF at run time.
+* ``SentencePieceTokenizer`` -- Pangu's ``tokenizer.model``. It splits text on the special pieces and encodes
+  each chunk with SentencePiece, as openPangu's ``PanguTokenizer`` (a transformers slow tokenizer) does.
+
+A *chat template* is a jinja string rendered the way transformers renders one (sandboxed, ``trim_blocks``,
+``lstrip_blocks``, ``raise_exception``, the special-token strings as variables). The model's own template
+is used when its files carry one; ``CHAT_FORMATS`` holds named fallbacks. ``encode_chat`` prepends BOS only
+when the tokenizer's config says so (``add_bos_token``) and the rendered text does not already start with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from abc import ABC, abstractmethod
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Sequence
+
+from mindspore_eagle.errors import TokenizerError
+
+CHAT_FORMATS = {
+    # ChatML (SmolLM2, Qwen) without any default system prompt.
+    "chatml": (
+        "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content']"
+        " + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    ),
+    # openPangu-Embedded, verbatim from the "chat_template" of its tokenizer_config.json (openPangu-Embedded-7B-V1.1,
+    # as mirrored in github.com/wujing215/OpenPangu7B-on-NVIDIA, tokenizer_config.json @ b63fa03). Note the
+    # full-width colon "：" and the empty system turn when the conversation has no system message.
+    "pangu": (
+        "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+        "{{ '[unused9]系统：[unused10]' }}{% endif %}"
+        "{% if message['role'] == 'system' %}{{ '[unused9]系统：' + message['content'] + '[unused10]' }}{% endif %}"
+        "{% if message['role'] == 'assistant' %}{{'[unused9]助手：' + message['content'] + '[unused10]'}}{% endif %}"
+        "{% if message['role'] == 'tool' %}{{'[unused9]工具：' + message['content'] + '[unused10]'}}{% endif %}"
+        "{% if message['role'] == 'function' %}{{'[unused9]方法：' + message['content'] + '[unused10]'}}{% endif %}"
+        "{% if message['role'] == 'user' %}{{'[unused9]用户：' + message['content'] + '[unused10]'}}{% endif %}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '[unused9]助手：' }}{% endif %}"
+    ),
+}
+
+# Special tokens that end a turn besides the configured EOS (llama.cpp's end-of-generation list, abridged).
+_END_OF_TURN = {"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|end|>",
+                "<end_of_turn>", "<EOT>", "</s>"}
+_SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
+
+
+@lru_cache(maxsize=16)
+def _compile_template(source: str):
+    """The jinja environment transformers uses for chat templates (sandboxed: templates are untrusted)."""
+    import jinja2
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = lambda x, indent=None: json.dumps(x, ensure_ascii=False, indent=indent)
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env.from_string(source)
+
+
+
+def resolve_chat_format(name_or_template: str) -> str:
+    """A built-in format name ('chatml', 'pangu') -> its template; a jinja string is returned as is."""
+    if name_or_template in CHAT_FORMATS:
+        return CHAT_FORMATS[name_or_template]
+    if "{{" in name_or_template or "{%" in name_or_template:
+        return name_or_template
+    raise TokenizerError(f"unknown chat format {name_or_template!r}; known formats: {sorted(CHAT_FORMATS)} "
+                         "(or pass a jinja template string)")
+
+
+class Tokenizer(ABC):
+    """The interface the engine uses. Subclasses set the attributes below in ``__init__``.
+
+    eos_token_ids: every id that ends a turn (the configured EOS and any special end-of-turn token).
+    add_bos_token: whether the model's reference tokenizer prepends BOS to a prompt (used by ``encode_chat``).
+    """
+
+    bos_token_id: int | None
+    eos_token_ids: tuple[int, ...]
+    vocab_size: int
+    add_bos_token: bool
+    chat_template: str | None
+    special_strings: dict[str, str]  # bos_token/eos_token/... -> text, the variables a chat template sees
+    source: str  # the file or directory it was loaded from, for error messages
+
+    @abstractmethod
+    def encode(self, text: str, add_bos: bool = False) -> list[int]:
+        """Text -> ids. Special tokens written in the text become their single ids."""
+
+    @abstractmethod
+    def decode(self, ids: Sequence[int]) -> str:
+        """Ids -> text, special tokens written out."""
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        if self.chat_template is None:
+            raise TokenizerError(f"{self.source}: no chat template in the tokenizer files; pass chat_format= one of "
+                                 f"{sorted(CHAT_FORMATS)} or a jinja template")
+        for i, message in enumerate(messages):
+            if not (isinstance(message, dict) and isinstance(message.get("role"), str)
+                    and isinstance(message.get("content"), str)):
+                raise TokenizerError(f"messages[{i}]={message!r}: a message is a dict with str 'role' and 'content'")
+        import jinja2
+
+        try:
+            return _compile_template(self.chat_template).render(
+                messages=[dict(m) for m in messages], tools=None, documents=None,
+                add_generation_prompt=add_generation_prompt, **self.special_strings)
+        except jinja2.exceptions.TemplateError as e:
+            raise TokenizerError(f"{self.source}: chat template failed: {e}") from e
+
+    def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+        text = self.apply_chat_template(messages, add_generation_prompt)
+        bos = self.special_strings.get("bos_token")
+        return self.encode(text, add_bos=self.add_bos_token and not (bos and text.startswith(bos)))
+
+    def _check_ids(self, ids: Sequence[int]) -> list[int]:
+        ids = [int(i) for i in ids]
+        bad = [i for i in ids if not 0 <= i < self.vocab_size]
+        if bad:
+            raise TokenizerError(f"{self.source}: token ids {bad[:8]} are outside the vocabulary [0, {self.vocab_size})")
+        return ids
+
+    def _finish_init(self, config: dict, eos_ids: Sequence[int], special: dict[int, str], chat_format: str | None,
+                     fallback_format: str, fallback_marker: str) -> None:
+        """Resolve bos/eos/chat template from an HF-style config dict. ``special`` maps id -> special-token text."""
+        by_text = {text: i for i, text in special.items()}
+        self.special_strings = {k: t for k in _SPECIAL_NAMES if (t := _token_text(config.get(k))) is not None}
+        for name, text in self.special_strings.items():
+            if text not in by_text and self._lookup(text) is None:
+                raise TokenizerError(f"{self.source}: {name}={text!r} is not a token of the vocabulary")
+        bos = self.special_strings.get("bos_token")
+        self.bos_token_id = None if bos is None else by_text.get(bos, self._lookup(bos))
+        eos = self.special_strings.get("eos_token")
+        found = list(eos_ids) + ([by_text.get(eos, self._lookup(eos))] if eos is not None else [])
+        found += [i for i, text in special.items() if text in _END_OF_TURN]
+        self.eos_token_ids = tuple(sorted({i for i in found if i is not None}))
+        if not self.eos_token_ids:
+            raise TokenizerError(f"{self.source}: no end-of-turn token (no eos_token and none of {sorted(_END_OF_TURN)})")
+        template = chat_format or config.get("chat_template")
+        if isinstance(template, list):  # HF allows [{"name": ..., "template": ...}]
+            template = {t.get("name"): t.get("template") for t in template}.get("default")
+        if template is None and (fallback_marker in by_text or self._lookup(fallback_marker) is not None):
+            template = fallback_format
+        self.chat_template = None if template is None else resolve_chat_format(template)
+
+    @abstractmethod
+    def _lookup(self, text: str) -> int | None:
+        """The id of a token spelled ``text``, or None."""
+
+
+class BPETokenizer(Tokenizer):
+    """Byte-level BPE (GPT-2 family: SmolLM2, Llama-3, Qwen) on a ``tokenizers.Tokenizer`` backend."""
+
+    def __init__(self, backend, config: dict, source: str, chat_format: str | None = None,
+                 extra_eos_ids: Sequence[int] = ()):
+        self.backend, self.source, self.config = backend, source, dict(config)
+        self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
+        special = {i: t.content for i, t in backend.get_added_tokens_decoder().items() if t.special}
+        self._finish_init(config, extra_eos_ids, special, chat_format, "chatml", "<|im_start|>")
+        if "add_bos_token" in config:
+            self.add_bos_token = bool(config["add_bos_token"])
+        else:  # HF's default lives in the post-processor (e.g. Llama-3 prepends <|begin_of_text|>)
+            first = backend.encode("a", add_special_tokens=True).ids[:1]
+            self.add_bos_token = self.bos_token_id is not None and first == [self.bos_token_id]
+
+    def _lookup(self, text: str) -> int | None:
+        return self.backend.token_to_id(text)
+
+    def encode(self, text: str, add_bos: bool = False) -> list[int]:
+        ids = self.backend.encode(text, add_special_tokens=False).ids
+        if add_bos:
+            if self.bos_token_id is None:
+                raise TokenizerError(f"{self.source}: add_bos=True but the tokenizer has no BOS token")
+            ids = [self.bos_token_id] + ids
+        return ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.backend.decode(self._check_ids(ids), skip_special_tokens=False)
+
+    @classmethod
+    def from_gguf(cls, path: str | os.PathLike, chat_format: str | None = None) -> BPETokenizer:
+        backend, config = _bpe_from_gguf(Path(path))
+        return cls(backend, config, str(path), chat_format)
+
+    @classmethod
+    def from_dir(cls, model_dir: str | os.PathLike, chat_format: str | None = None) -> BPETokenizer:
+        from tokenizers import Tokenizer as Backend
+
+        model_dir = Path(model_dir)
+        path = model_dir / "tokenizer.json"
+        if not path.is_file():
+            raise TokenizerError(f"{model_dir}: no tokenizer.json")
+        try:
+            backend = Backend.from_file(str(path))
+        except Exception as e:  # tokenizers raises a bare Exception on malformed files
+            raise TokenizerError(f"{path}: not a valid tokenizers file: {e}") from e
+        return cls(backend, _read_config(model_dir), str(model_dir), chat_format, _generation_eos(model_dir))
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """SentencePiece (Pangu's ``tokenizer.model``) with HF-style special-token splitting.
+
+    Text is cut at every special token -- the control and unknown pieces of the model, the ``added_tokens_decoder``
+    and bos/eos/unk/pad of tokenizer_config.json -- each becomes its id, and each chunk between them is encoded by
+    SentencePiece on its own. That is what openPangu's ``PanguTokenizer`` (a transformers slow tokenizer) does, so
+    a chunk after ``[unused9]`` gets its own dummy-prefix space when the model uses one. User-defined pieces not
+    listed in the config are left to SentencePiece, which also keeps them whole.
+    """
+
+    def __init__(self, processor, config: dict, source: str, chat_format: str | None = None):
+        self.sp, self.source, self.config = processor, source, dict(config)
+        self.vocab_size = processor.get_piece_size()
+        special = {i: processor.id_to_piece(i) for i in range(self.vocab_size)
+                   if processor.is_control(i) or processor.is_unknown(i)}
+        for key, token in (config.get("added_tokens_decoder") or {}).items():
+            text = _token_text(token)
+            if not (0 <= int(key) < self.vocab_size and processor.id_to_piece(int(key)) == text):
+                raise TokenizerError(f"{source}: tokenizer_config.json added token {text!r} (id {key}) is not "
+                                     "that piece of tokenizer.model")
+            special[int(key)] = text
+        if config.get("bos_token") is None and processor.bos_id() >= 0:
+            config = {**config, "bos_token": processor.id_to_piece(processor.bos_id())}
+        sp_eos = [processor.eos_id()] if processor.eos_id() >= 0 else []
+        self._finish_init(config, sp_eos, special, chat_format, "pangu", "[unused9]")
+        self.add_bos_token = bool(config.get("add_bos_token", True)) and self.bos_token_id is not None
+        special.update({self._lookup(text): text for text in self.special_strings.values()})
+        self._special, self._special_ids = special, {text: i for i, text in special.items()}
+        alternatives = "|".join(map(re.escape, sorted(self._special_ids, key=len, reverse=True)))
+        self._split = re.compile(f"({alternatives})")  # the unknown piece always exists
+
+    def _lookup(self, text: str) -> int | None:
+        i = self.sp.piece_to_id(text)
+        return i if self.sp.id_to_piece(i) == text else None
+
+    def encode(self, text: str, add_bos: bool = False) -> list[int]:
+        if add_bos and self.bos_token_id is None:
+            raise TokenizerError(f"{self.source}: add_bos=True but the tokenizer has no BOS token")
+        ids = [self.bos_token_id] if add_bos else []
+        # re.split with one group: even positions are the text between special tokens, odd ones the tokens
+        for position, chunk in enumerate(self._split.split(text)):
+            if position % 2:
+                ids.append(self._special_ids[chunk])
+            elif chunk:
+                ids.extend(self.sp.encode(chunk))
+        return ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        out, run = [], []
+        for i in self._check_ids(ids):
+            if i in self._special:
+                out.append(self.sp.decode(run) if run else "")
+                out.append(self._special[i])
+                run = []
+            else:
+                run.append(i)
+        out.append(self.sp.decode(run) if run else "")
+        return "".join(out)
+
+    @classmethod
+    def from_dir(cls, model_dir: str | os.PathLike, chat_format: str | None = None) -> SentencePieceTokenizer:
+        import sentencepiece
+
+        model_dir = Path(model_dir)
+        path = model_dir / "tokenizer.model"
+        if not path.is_file():
+            raise TokenizerError(f"{model_dir}: no tokenizer.model")
+        processor = sentencepiece.SentencePieceProcessor()
+        try:
+            processor.Load(str(path))
+        except (OSError, RuntimeError) as e:
+            raise TokenizerError(f"{path}: not a valid SentencePiece model: {e}") from e
+        return cls(processor, _read_config(model_dir), str(model_dir), chat_format)
+
+
+def load_tokenizer(path: str | os.PathLike, chat_format: str | None = None) -> Tokenizer:
+    """A model directory (tokenizer.json -> BPE, else tokenizer.model -> SentencePiece) or a ``.gguf`` file."""
+    path = Path(path)
+    if path.is_file() and path.suffix == ".gguf":
+        return BPETokenizer.from_gguf(path, chat_format)
+    if (path / "tokenizer.json").is_file():
+        return BPETokenizer.from_dir(path, chat_format)
+    if (path / "tokenizer.model").is_file():
+        return SentencePieceTokenizer.from_dir(path, chat_format)
+    state = "" if path.is_dir() else " (no such directory)"
+    raise TokenizerError(f"{path}{state}: no tokenizer found; looked for tokenizer.json (byte-level BPE) and "
+                         "tokenizer.model (SentencePiece)")
+
+
+def export_gguf_tokenizer(gguf_path: str | os.PathLike, out_dir: str | os.PathLike) -> tuple[Path, Path]:
+    """Write tokenizer.json + tokenizer_config.json for a GGUF's byte-level BPE tokenizer into ``out_dir``."""
+    backend, config = _bpe_from_gguf(Path(gguf_path))
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config = {**config, "tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False}
+    paths = out_dir / "tokenizer.json", out_dir / "tokenizer_config.json"
+    _write_atomic(paths[0], backend.to_str(pretty=True))
+    _write_atomic(paths[1], json.dumps(config, ensure_ascii=False, indent=2))
+    return paths
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GGUF -> tokenizers backend
+
+# GGUF's tokenizer.ggml.pre -> how text is cut into words before BPE. Values follow llama.cpp (llama-vocab.cpp,
+# the regex_exprs of each LLAMA_VOCAB_PRE_TYPE) and the models' own tokenizer.json files.
+_GPT2 = "gpt2"  # the GPT-2 split built into ByteLevel: 's|'t|...| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+_DIGITS_GPT2 = "digits+gpt2"  # every digit alone ("\p{N}"), then the GPT-2 split: SmolLM / StarCoder family
+_LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+PRE_TOKENIZERS = {
+    "gpt-2": _GPT2, "default": _GPT2, "phi-2": _GPT2,
+    "smollm": _DIGITS_GPT2, "starcoder": _DIGITS_GPT2, "refact": _DIGITS_GPT2, "codeshell": _DIGITS_GPT2,
+    "llama-bpe": _LLAMA3, "llama3": _LLAMA3, "llama-v3": _LLAMA3, "smaug-bpe": _LLAMA3,
+    "qwen2": _QWEN2, "deepseek-r1-qwen": _QWEN2,
+}
+
+
+def _pre_tokenizer(pre: str, source: Path):
+    from tokenizers import Regex, pre_tokenizers as pt
+
+    if pre not in PRE_TOKENIZERS:
+        raise TokenizerError(f"{source}: tokenizer.ggml.pre={pre!r} is not supported; known: {sorted(PRE_TOKENIZERS)}")
+    split = PRE_TOKENIZERS[pre]
+    if split == _GPT2:
+        return pt.ByteLevel(add_prefix_space=False, use_regex=True)
+    if split == _DIGITS_GPT2:
+        return pt.Sequence([pt.Digits(individual_digits=True), pt.ByteLevel(add_prefix_space=False, use_regex=True)])
+    return pt.Sequence([pt.Split(Regex(split), behavior="isolated"), pt.ByteLevel(add_prefix_space=False,
+                                                                                   use_regex=False)])
+
+
+@lru_cache(maxsize=2)
+def _gguf_tokenizer_metadata(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
+    """Every ``tokenizer.*`` key of a GGUF (arrays as tuples). Cached on (path, mtime, size): reading the metadata
+    of a GGUF parses the whole header, which takes seconds, and export-then-load reads the same file twice."""
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(path)
+    except (OSError, ValueError) as e:
+        raise TokenizerError(f"{path}: not a readable GGUF file: {e}") from e
+    return {key: (tuple(v) if isinstance(v := f.contents(), list) else v)
+            for key, f in reader.fields.items() if key.startswith("tokenizer.")}
+
+
+def _bpe_from_gguf(path: Path):
+    """(tokenizers.Tokenizer, HF-style tokenizer_config dict) from a GGUF's ``tokenizer.*`` metadata."""
+    from tokenizers import AddedToken, Tokenizer as Backend, decoders
+    from tokenizers.models import BPE
+
+    if not path.is_file():
+        raise TokenizerError(f"{path}: no such GGUF file")
+    stat = path.stat()
+    metadata = _gguf_tokenizer_metadata(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+    def field(key: str, default: Any = TokenizerError):
+        if key not in metadata and default is TokenizerError:
+            raise TokenizerError(f"{path}: GGUF metadata has no {key!r}")
+        return metadata.get(key, default)
+
+    model = field("tokenizer.ggml.model")
+    if model != "gpt2":
+        raise TokenizerError(f"{path}: tokenizer.ggml.model={model!r}; BPETokenizer reads byte-level BPE ('gpt2') only")
+    tokens, merges = field("tokenizer.ggml.tokens"), field("tokenizer.ggml.merges")
+    types = field("tokenizer.ggml.token_type", [1] * len(tokens))  # 1 normal, 3 control, 4 user-defined
+    if len(types) != len(tokens):
+        raise TokenizerError(f"{path}: {len(types)} token types for {len(tokens)} tokens")
+    pre_tokenizer = _pre_tokenizer(field("tokenizer.ggml.pre", "default"), path)
+    # A normal token is spelled in GPT-2's byte alphabet; a control/user-defined one is raw text matched whole.
+    vocab = {(_byte_spelled(t) if kind == 1 else t): i for i, (t, kind) in enumerate(zip(tokens, types))}
+    if len(vocab) != len(tokens):
+        raise TokenizerError(f"{path}: tokenizer.ggml.tokens holds duplicate tokens")
+    backend = Backend(BPE(vocab=vocab, merges=[tuple(m.split(" ", 1)) for m in merges], dropout=None,
+                          continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False))
+    backend.pre_tokenizer = pre_tokenizer
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens([AddedToken(t, normalized=False, special=True)
+                                for t, kind in zip(tokens, types) if kind == 3])
+    backend.add_tokens([AddedToken(t, normalized=False, special=False) for t, kind in zip(tokens, types) if kind == 4])
+    config: dict[str, Any] = {"add_bos_token": bool(field("tokenizer.ggml.add_bos_token", False))}
+    for name, key in zip(_SPECIAL_NAMES, ("bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id")):
+        index = field(f"tokenizer.ggml.{key}", None)
+        if index is not None:
+            if not 0 <= index < len(tokens):
+                raise TokenizerError(f"{path}: tokenizer.ggml.{key}={index} is outside the {len(tokens)} tokens")
+            config[name] = tokens[index]
+    template = field("tokenizer.chat_template", None)
+    if template is not None:
+        config["chat_template"] = template
+    return backend, config
+
+
+@lru_cache(maxsize=1)
+def _byte_alphabet() -> dict[int, str]:
+    """GPT-2's printable spelling of each byte (the table every byte-level BPE vocabulary is written in)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    extra = [b for b in range(256) if b not in printable]
+    return {**{b: chr(b) for b in printable}, **{b: chr(256 + n) for n, b in enumerate(extra)}}
+
+
+def _byte_spelled(token: str) -> str:
+    alphabet = _byte_alphabet()
+    if set(token) <= set(alphabet.values()):
+        return token
+    return "".join(alphabet[b] for b in token.encode("utf-8"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# HF config files
+
+
+def _token_text(token: Any) -> str | None:
+    """tokenizer_config.json spells a token as "text" or {"content": "text", ...}."""
+    return token.get("content") if isinstance(token, dict) else token
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise TokenizerError(f"{path}: not readable JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise TokenizerError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _read_config(model_dir: Path) -> dict:
+    """tokenizer_config.json (optional), with a chat_template.jinja file taking precedence as transformers does."""
+    path = model_dir / "tokenizer_config.json"
+    config = _read_json(path) if path.is_file() else {}
+    jinja_path = model_dir / "chat_template.jinja"
+    if jinja_path.is_file():
+        config["chat_template"] = jinja_path.read_text(encoding="utf-8")
+    return config
+
+
+def _generation_eos(model_dir: Path) -> list[int]:
+    """The eos_token_id (an int or a list) of an optional generation_config.json."""
+    path = model_dir / "generation_config.json"
+    eos = _read_json(path).get("eos_token_id") if path.is_file() else None
+    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

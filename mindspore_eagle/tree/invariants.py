@@ -1,0 +1,116 @@
+"""Host-side invariant checks for TreeLayout, run before any graph sees the tree.
+
+Inside a compiled graph a bad index is not an exception: on Ascend a negative or out-of-range gather index
+is undefined behaviour and a malformed mask silently mixes branches. So every rule a kernel relies on is
+checked here, on the host, with a message that names the first offending node and the broken rule. The
+checks are vectorised numpy over ``[N]`` arrays (O(N); only the error path walks a parent chain), cheap enough
+to run every step in reference mode and once per step before the fused forward in performance mode.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from mindspore_eagle.errors import ConfigError, TreeInvariantError
+from mindspore_eagle.tree.layout import ROOT
+
+if TYPE_CHECKING:
+    from mindspore_eagle.tree.layout import TreeLayout
+
+
+def _first(bad: np.ndarray) -> int | None:
+    """Index of the first True in ``bad``, or None."""
+    hits = np.flatnonzero(bad)
+    return int(hits[0]) if hits.size else None
+
+
+def _describe_backward_parent(parents: np.ndarray, node: int) -> str:
+    """Name the rule broken by ``parents[node] >= node``: self-loop, cycle, or plain order violation.
+
+    Walks up from ``node`` at most N steps (indices are known to be in range here); only runs on the error
+    path. Example: parents [0, 2, 1] at node 1 -> "cycle 1 -> 2 -> 1".
+    """
+    p = int(parents[node])
+    if p == node:
+        return f"node {node}: parent is itself (rule: no self-loop)"
+    chain = [node]
+    cur = p
+    for _ in range(parents.shape[0]):
+        chain.append(cur)
+        if cur == node:
+            return f"node {node}: parent cycle {' -> '.join(map(str, chain))} (rule: no cycles)"
+        if cur == ROOT:
+            break
+        cur = int(parents[cur])
+    return f"node {node}: parent {p} >= own index {node} (rule: topological order, 0 <= parent < index)"
+
+
+def check_tree(layout: "TreeLayout", vocab_size: int, max_depth: int | None = None) -> None:
+    """Raise TreeInvariantError naming the first node that breaks a layout rule; return None if all hold.
+
+    Rules, in the order checked (earlier rules make later ones well defined):
+      root          node 0 is real, its own parent, at depth 0;
+      index range   every parent in [0, N) (no negative index);
+      order         node i > 0 has parent < i: no self-loop, no cycle, topological order;
+      closure       a real node's parent is real (padding can never be an ancestor of a real node);
+      padding       padding rows hang off the root at PAD_DEPTH, after every real node;
+      depth         depth[i] == depth[parents[i]] + 1 for i > 0 (padding hangs off the root, so PAD_DEPTH);
+      tokens        every token in [0, vocab_size);
+      depth budget  if ``max_depth`` is given, no row deeper (a TreeMaskCell(max_depth) walks that far only).
+    """
+    if vocab_size < 1:
+        raise ConfigError(f"vocab_size={vocab_size}: must be >= 1")
+    tokens, parents, depth, valid = layout.tokens, layout.parents, layout.depth, layout.valid
+    n = parents.shape[0]
+    idx = np.arange(n)
+
+    if not valid[0]:
+        raise TreeInvariantError("node 0: root is marked invalid (rule: root is a real node)")
+    if parents[0] != ROOT:
+        raise TreeInvariantError(f"node 0: root parent is {int(parents[0])}, must be 0 (rule: root is its own parent)")
+    if depth[0] != 0:
+        raise TreeInvariantError(f"node 0: root depth is {int(depth[0])}, must be 0 (rule: root depth)")
+
+    bad = _first(parents < 0)
+    if bad is not None:
+        raise TreeInvariantError(f"node {bad}: negative parent {int(parents[bad])} (rule: index range, no negative index)")
+    bad = _first(parents >= n)
+    if bad is not None:
+        raise TreeInvariantError(f"node {bad}: parent {int(parents[bad])} >= num_nodes {n} (rule: index range)")
+
+    bad = _first((parents >= idx) & (idx > 0))
+    if bad is not None:
+        raise TreeInvariantError(_describe_backward_parent(parents, bad))
+
+    bad = _first(valid & ~valid[parents])
+    if bad is not None:
+        raise TreeInvariantError(
+            f"node {bad}: real node under padding row {int(parents[bad])} (rule: closure, a real node's parent is real)"
+        )
+    pad = ~valid
+    bad = _first(pad & (parents != ROOT))
+    if bad is not None:
+        raise TreeInvariantError(f"node {bad}: padding row has parent {int(parents[bad])}, must be 0 (rule: padding inert)")
+    bad = _first(valid & (np.cumsum(pad) > 0))
+    if bad is not None:
+        raise TreeInvariantError(f"node {bad}: real node after a padding row (rule: padding rows come last)")
+
+    expected = depth[parents] + 1
+    bad = _first((depth != expected) & (idx > 0))
+    if bad is not None:
+        rule = "padding inert, padding depth is PAD_DEPTH" if pad[bad] else "depth consistency"
+        raise TreeInvariantError(
+            f"node {bad}: depth {int(depth[bad])}, expected {int(expected[bad])} "
+            f"(parent {int(parents[bad])} at depth {int(depth[parents[bad]])}) (rule: {rule})"
+        )
+
+    bad = _first((tokens < 0) | (tokens >= vocab_size))
+    if bad is not None:
+        raise TreeInvariantError(f"node {bad}: token {int(tokens[bad])} not in [0, {vocab_size}) (rule: token range)")
+
+    if max_depth is not None:
+        bad = _first(depth > max_depth)
+        if bad is not None:
+            raise TreeInvariantError(f"node {bad}: depth {int(depth[bad])} > max_depth {max_depth} (rule: depth budget)")
