@@ -95,6 +95,7 @@ def write_model_dir(out_dir: str, cfg: TeacherConfig, tensors: Mapping[str, np.n
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".convert-", dir=parent)
+    os.chmod(tmp, 0o755)  # mkdtemp makes 0700; the result is an ordinary directory
     try:
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
             json.dump(cfg.to_dict(), f, indent=2, sort_keys=True)

@@ -24,6 +24,7 @@ import tempfile
 from abc import ABC, abstractmethod
 from datetime import datetime
 from functools import lru_cache
+from itertools import groupby
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -54,6 +55,7 @@ CHAT_FORMATS = {
 _END_OF_TURN = {"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|end|>",
                 "<end_of_turn>", "<EOT>", "</s>"}
 _SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
+_FORMAT_MARKERS = {"chatml": "<|im_start|>", "pangu": "[unused9]"}  # a vocabulary with it falls back to the format
 
 
 @lru_cache(maxsize=16)
@@ -67,11 +69,11 @@ def _compile_template(source: str):
         raise jinja2.exceptions.TemplateError(message)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
-    env.filters["tojson"] = lambda x, indent=None: json.dumps(x, ensure_ascii=False, indent=indent)
+    env.filters["tojson"] = lambda x, ensure_ascii=False, indent=None, separators=None, sort_keys=False: json.dumps(
+        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)  # no HTML escaping
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     return env.from_string(source)
-
 
 
 def resolve_chat_format(name_or_template: str) -> str:
@@ -136,32 +138,35 @@ class Tokenizer(ABC):
             raise TokenizerError(f"{self.source}: token ids {bad[:8]} are outside the vocabulary [0, {self.vocab_size})")
         return ids
 
+    def _bos_prefix(self, add_bos: bool) -> list[int]:
+        if add_bos and self.bos_token_id is None:
+            raise TokenizerError(f"{self.source}: add_bos=True but the tokenizer has no BOS token")
+        return [self.bos_token_id] if add_bos else []
+
     def _finish_init(self, config: dict, eos_ids: Sequence[int], special: dict[int, str], chat_format: str | None,
-                     fallback_format: str, fallback_marker: str) -> None:
+                     fallback_format: str) -> None:
         """Resolve bos/eos/chat template from an HF-style config dict. ``special`` maps id -> special-token text."""
-        by_text = {text: i for i, text in special.items()}
         self.special_strings = {k: t for k in _SPECIAL_NAMES if (t := _token_text(config.get(k))) is not None}
-        for name, text in self.special_strings.items():
-            if text not in by_text and self._lookup(text) is None:
-                raise TokenizerError(f"{self.source}: {name}={text!r} is not a token of the vocabulary")
-        bos = self.special_strings.get("bos_token")
-        self.bos_token_id = None if bos is None else by_text.get(bos, self._lookup(bos))
-        eos = self.special_strings.get("eos_token")
-        found = list(eos_ids) + ([by_text.get(eos, self._lookup(eos))] if eos is not None else [])
-        found += [i for i, text in special.items() if text in _END_OF_TURN]
-        self.eos_token_ids = tuple(sorted({i for i in found if i is not None}))
+        ids = {name: self._lookup(text) for name, text in self.special_strings.items()}
+        for name, i in ids.items():
+            if i is None:
+                raise TokenizerError(f"{self.source}: {name}={self.special_strings[name]!r} is not in the vocabulary")
+        self.bos_token_id = ids.get("bos_token")
+        found = {*eos_ids, *(i for i, text in special.items() if text in _END_OF_TURN)}
+        self.eos_token_ids = tuple(sorted(found | ({ids["eos_token"]} if "eos_token" in ids else set())))
         if not self.eos_token_ids:
             raise TokenizerError(f"{self.source}: no end-of-turn token (no eos_token and none of {sorted(_END_OF_TURN)})")
+        self._check_ids(self.eos_token_ids)  # generation_config.json may name ids the vocabulary lacks
         template = chat_format or config.get("chat_template")
         if isinstance(template, list):  # HF allows [{"name": ..., "template": ...}]
             template = {t.get("name"): t.get("template") for t in template}.get("default")
-        if template is None and (fallback_marker in by_text or self._lookup(fallback_marker) is not None):
+        if template is None and self._lookup(_FORMAT_MARKERS[fallback_format]) is not None:
             template = fallback_format
         self.chat_template = None if template is None else resolve_chat_format(template)
 
     @abstractmethod
     def _lookup(self, text: str) -> int | None:
-        """The id of a token spelled ``text``, or None."""
+        """The id of the token spelled ``text`` (special or not), or None."""
 
 
 class BPETokenizer(Tokenizer):
@@ -172,7 +177,7 @@ class BPETokenizer(Tokenizer):
         self.backend, self.source, self.config = backend, source, dict(config)
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
         special = {i: t.content for i, t in backend.get_added_tokens_decoder().items() if t.special}
-        self._finish_init(config, extra_eos_ids, special, chat_format, "chatml", "<|im_start|>")
+        self._finish_init(config, extra_eos_ids, special, chat_format, "chatml")
         if "add_bos_token" in config:
             self.add_bos_token = bool(config["add_bos_token"])
         else:  # HF's default lives in the post-processor (e.g. Llama-3 prepends <|begin_of_text|>)
@@ -183,12 +188,7 @@ class BPETokenizer(Tokenizer):
         return self.backend.token_to_id(text)
 
     def encode(self, text: str, add_bos: bool = False) -> list[int]:
-        ids = self.backend.encode(text, add_special_tokens=False).ids
-        if add_bos:
-            if self.bos_token_id is None:
-                raise TokenizerError(f"{self.source}: add_bos=True but the tokenizer has no BOS token")
-            ids = [self.bos_token_id] + ids
-        return ids
+        return self._bos_prefix(add_bos) + self.backend.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.backend.decode(self._check_ids(ids), skip_special_tokens=False)
@@ -223,7 +223,8 @@ class SentencePieceTokenizer(Tokenizer):
     listed in the config are left to SentencePiece, which also keeps them whole.
     """
 
-    def __init__(self, processor, config: dict, source: str, chat_format: str | None = None):
+    def __init__(self, processor, config: dict, source: str, chat_format: str | None = None,
+                 extra_eos_ids: Sequence[int] = ()):
         self.sp, self.source, self.config = processor, source, dict(config)
         self.vocab_size = processor.get_piece_size()
         special = {i: processor.id_to_piece(i) for i in range(self.vocab_size)
@@ -237,7 +238,7 @@ class SentencePieceTokenizer(Tokenizer):
         if config.get("bos_token") is None and processor.bos_id() >= 0:
             config = {**config, "bos_token": processor.id_to_piece(processor.bos_id())}
         sp_eos = [processor.eos_id()] if processor.eos_id() >= 0 else []
-        self._finish_init(config, sp_eos, special, chat_format, "pangu", "[unused9]")
+        self._finish_init(config, [*sp_eos, *extra_eos_ids], special, chat_format, "pangu")
         self.add_bos_token = bool(config.get("add_bos_token", True)) and self.bos_token_id is not None
         special.update({self._lookup(text): text for text in self.special_strings.values()})
         self._special, self._special_ids = special, {text: i for i, text in special.items()}
@@ -249,9 +250,7 @@ class SentencePieceTokenizer(Tokenizer):
         return i if self.sp.id_to_piece(i) == text else None
 
     def encode(self, text: str, add_bos: bool = False) -> list[int]:
-        if add_bos and self.bos_token_id is None:
-            raise TokenizerError(f"{self.source}: add_bos=True but the tokenizer has no BOS token")
-        ids = [self.bos_token_id] if add_bos else []
+        ids = self._bos_prefix(add_bos)
         # re.split with one group: even positions are the text between special tokens, odd ones the tokens
         for position, chunk in enumerate(self._split.split(text)):
             if position % 2:
@@ -261,16 +260,10 @@ class SentencePieceTokenizer(Tokenizer):
         return ids
 
     def decode(self, ids: Sequence[int]) -> str:
-        out, run = [], []
-        for i in self._check_ids(ids):
-            if i in self._special:
-                out.append(self.sp.decode(run) if run else "")
-                out.append(self._special[i])
-                run = []
-            else:
-                run.append(i)
-        out.append(self.sp.decode(run) if run else "")
-        return "".join(out)
+        # special tokens are written out; each run of ordinary ids between them is decoded by SentencePiece
+        runs = groupby(self._check_ids(ids), key=self._special.__contains__)
+        return "".join("".join(map(self._special.get, run)) if is_special else self.sp.decode(list(run))
+                       for is_special, run in runs)
 
     @classmethod
     def from_dir(cls, model_dir: str | os.PathLike, chat_format: str | None = None) -> SentencePieceTokenizer:
@@ -285,7 +278,7 @@ class SentencePieceTokenizer(Tokenizer):
             processor.Load(str(path))
         except (OSError, RuntimeError) as e:
             raise TokenizerError(f"{path}: not a valid SentencePiece model: {e}") from e
-        return cls(processor, _read_config(model_dir), str(model_dir), chat_format)
+        return cls(processor, _read_config(model_dir), str(model_dir), chat_format, _generation_eos(model_dir))
 
 
 def load_tokenizer(path: str | os.PathLike, chat_format: str | None = None) -> Tokenizer:
@@ -408,19 +401,18 @@ def _bpe_from_gguf(path: Path):
     return backend, config
 
 
-@lru_cache(maxsize=1)
-def _byte_alphabet() -> dict[int, str]:
-    """GPT-2's printable spelling of each byte (the table every byte-level BPE vocabulary is written in)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    extra = [b for b in range(256) if b not in printable]
-    return {**{b: chr(b) for b in printable}, **{b: chr(256 + n) for n, b in enumerate(extra)}}
-
-
 def _byte_spelled(token: str) -> str:
-    alphabet = _byte_alphabet()
-    if set(token) <= set(alphabet.values()):
+    """``token`` in GPT-2's printable byte alphabet (the one every byte-level BPE vocabulary is written in)."""
+    if set(token) <= _BYTE_LETTERS:
         return token
-    return "".join(alphabet[b] for b in token.encode("utf-8"))
+    return "".join(_BYTE_ALPHABET[b] for b in token.encode("utf-8"))
+
+
+# Byte b is spelled chr(b) when printable, else chr(256 + n) for the n-th unprintable byte (GPT-2's bytes_to_unicode).
+_PRINTABLE = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+_BYTE_ALPHABET = {**{b: chr(b) for b in _PRINTABLE},
+                  **{b: chr(256 + n) for n, b in enumerate(b for b in range(256) if b not in _PRINTABLE)}}
+_BYTE_LETTERS = set(_BYTE_ALPHABET.values())
 
 
 # ---------------------------------------------------------------------------------------------------------------

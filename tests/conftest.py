@@ -99,3 +99,27 @@ def torch_greedy(model, prompt: list[int], n: int) -> list[int]:
             out.append(tok)
             seq.append(tok)
     return out
+
+
+def default_model_or_skip() -> str:
+    """The converted default model dir. Skips when absent, unless MSE_REQUIRE_DEFAULT_MODEL=1 (set by
+    `make test`), where a missing model is a failure rather than a silent skip."""
+    from mindspore_eagle.assets import default_model_dir
+
+    d = default_model_dir()
+    if not os.path.isfile(os.path.join(d, "model.ckpt")):
+        if os.environ.get("MSE_REQUIRE_DEFAULT_MODEL") == "1":
+            pytest.fail(f"default model missing at {d}; `make test` should have installed it")
+        pytest.skip(f"default model not installed at {d} (run `mindspore-eagle setup`)")
+    return d
+
+
+@pytest.fixture(scope="session")
+def default_teacher():
+    """(Teacher, tokenizer) for the default SmolLM2 model, graph mode, built once per session."""
+    from mindspore_eagle.config import RuntimeConfig
+    from mindspore_eagle.teacher import Teacher
+    from mindspore_eagle.tokenizer import load_tokenizer
+
+    d = default_model_or_skip()
+    return Teacher.load(d, RuntimeConfig(max_cache_len=512)), load_tokenizer(d)

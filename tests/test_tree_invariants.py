@@ -131,8 +131,8 @@ def test_every_well_formed_tree_passes(layout, pad):
 
 
 FIELD_VALUES = {
-    "tokens": st.integers(-3, VOCAB + 3),
-    "parents": st.integers(-3, 70),
+    "tokens": st.one_of(st.integers(-3, -1), st.integers(0, VOCAB - 1), st.integers(VOCAB, VOCAB + 3)),
+    "parents": st.one_of(st.integers(-3, -1), st.integers(0, 31), st.integers(32, 70)),
     "depth": st.integers(-2, 14),
     "valid": st.booleans(),
 }

@@ -64,7 +64,7 @@ def check_tree(layout: "TreeLayout", vocab_size: int, max_depth: int | None = No
         raise ConfigError(f"vocab_size={vocab_size}: must be >= 1")
     tokens, parents, depth, valid = layout.tokens, layout.parents, layout.depth, layout.valid
     n = parents.shape[0]
-    idx = np.arange(n)
+    # Each rule is one vectorised test plus one .any(); _first() and the message run only on failure.
 
     if not valid[0]:
         raise TreeInvariantError("node 0: root is marked invalid (rule: root is a real node)")
@@ -73,44 +73,50 @@ def check_tree(layout: "TreeLayout", vocab_size: int, max_depth: int | None = No
     if depth[0] != 0:
         raise TreeInvariantError(f"node 0: root depth is {int(depth[0])}, must be 0 (rule: root depth)")
 
-    bad = _first(parents < 0)
-    if bad is not None:
-        raise TreeInvariantError(f"node {bad}: negative parent {int(parents[bad])} (rule: index range, no negative index)")
-    bad = _first(parents >= n)
-    if bad is not None:
-        raise TreeInvariantError(f"node {bad}: parent {int(parents[bad])} >= num_nodes {n} (rule: index range)")
+    # Node i > 0 needs 0 <= parents[i] < i, which also implies parents[i] < N.
+    if ((parents[1:] < 0) | (parents[1:] >= np.arange(1, n))).any():
+        bad = _first(parents < 0)
+        if bad is not None:
+            raise TreeInvariantError(
+                f"node {bad}: negative parent {int(parents[bad])} (rule: index range, no negative index)"
+            )
+        bad = _first(parents >= n)
+        if bad is not None:
+            raise TreeInvariantError(f"node {bad}: parent {int(parents[bad])} >= num_nodes {n} (rule: index range)")
+        raise TreeInvariantError(_describe_backward_parent(parents, _first(parents[1:] >= np.arange(1, n)) + 1))
 
-    bad = _first((parents >= idx) & (idx > 0))
-    if bad is not None:
-        raise TreeInvariantError(_describe_backward_parent(parents, bad))
-
-    bad = _first(valid & ~valid[parents])
-    if bad is not None:
+    orphan = valid & ~valid[parents]
+    if orphan.any():
+        bad = _first(orphan)
         raise TreeInvariantError(
             f"node {bad}: real node under padding row {int(parents[bad])} (rule: closure, a real node's parent is real)"
         )
     pad = ~valid
-    bad = _first(pad & (parents != ROOT))
-    if bad is not None:
-        raise TreeInvariantError(f"node {bad}: padding row has parent {int(parents[bad])}, must be 0 (rule: padding inert)")
-    bad = _first(valid & (np.cumsum(pad) > 0))
-    if bad is not None:
+    stray = pad & (parents != ROOT)
+    if stray.any():
+        bad = _first(stray)
+        raise TreeInvariantError(
+            f"node {bad}: padding row has parent {int(parents[bad])}, must be 0 (rule: padding inert)"
+        )
+    late = valid[1:] & pad[:-1]  # late[i - 1]: real node i right after a padding row
+    if late.any():
+        bad = _first(late) + 1
         raise TreeInvariantError(f"node {bad}: real node after a padding row (rule: padding rows come last)")
 
     expected = depth[parents] + 1
-    bad = _first((depth != expected) & (idx > 0))
-    if bad is not None:
+    wrong = depth[1:] != expected[1:]
+    if wrong.any():
+        bad = _first(wrong) + 1
         rule = "padding inert, padding depth is PAD_DEPTH" if pad[bad] else "depth consistency"
         raise TreeInvariantError(
             f"node {bad}: depth {int(depth[bad])}, expected {int(expected[bad])} "
             f"(parent {int(parents[bad])} at depth {int(depth[parents[bad]])}) (rule: {rule})"
         )
 
-    bad = _first((tokens < 0) | (tokens >= vocab_size))
-    if bad is not None:
+    if tokens.min() < 0 or tokens.max() >= vocab_size:
+        bad = _first((tokens < 0) | (tokens >= vocab_size))
         raise TreeInvariantError(f"node {bad}: token {int(tokens[bad])} not in [0, {vocab_size}) (rule: token range)")
 
-    if max_depth is not None:
+    if max_depth is not None and depth.max() > max_depth:
         bad = _first(depth > max_depth)
-        if bad is not None:
-            raise TreeInvariantError(f"node {bad}: depth {int(depth[bad])} > max_depth {max_depth} (rule: depth budget)")
+        raise TreeInvariantError(f"node {bad}: depth {int(depth[bad])} > max_depth {max_depth} (rule: depth budget)")

@@ -54,6 +54,12 @@ def _frozen_array(values, dtype, field: str) -> np.ndarray:
     return out
 
 
+def _level_array(values) -> np.ndarray:
+    """1-D view of one level's tokens or parents; an empty level stays integer (``np.asarray([])`` is float)."""
+    arr = np.asarray(values).reshape(-1)
+    return arr.astype(np.int64) if arr.size == 0 else arr
+
+
 def compute_depth(parents: np.ndarray) -> np.ndarray:
     """Depth of every node of a topologically ordered parent array (``0 <= parents[i] < i`` for ``i > 0``).
 
@@ -93,8 +99,8 @@ class TreeLayout:
         that is not yet in the KV cache;
       * real node ``i > 0``: ``0 <= parents[i] < i`` (parents come first, so no cycle is possible),
         ``depth[i] == depth[parents[i]] + 1``, and its parent is real;
-      * padding rows (``valid == False``) come after every real node, with parent ``ROOT``, depth
-        ``PAD_DEPTH`` and token ``PAD_TOKEN``; no real node ever sees them;
+      * padding rows (``valid == False``) come after every real node, with parent ``ROOT`` and depth
+        ``PAD_DEPTH`` (``padded`` writes token ``PAD_TOKEN``); no real node ever sees them;
       * no field holds a negative number.
     Arrays are private read-only copies; the dataclass compares by identity (``eq=False``) because ``==``
     on arrays is elementwise.
@@ -122,11 +128,12 @@ class TreeLayout:
 
         Example: tokens [7, 3, 9, 4], parents [0, 0, 0, 1] -> root 7 with children 3 and 9; 4 under 3.
         """
-        tokens_arr = np.asarray(tokens, dtype=np.int64)
-        parents_arr = np.asarray(parents, dtype=np.int64)
-        if tokens_arr.shape != parents_arr.shape:
+        tokens_arr = np.asarray(tokens)
+        parents_arr = np.asarray(parents)
+        if tokens_arr.shape != parents_arr.shape or parents_arr.ndim != 1:
             raise TreeInvariantError(
-                f"tokens shape {tokens_arr.shape} != parents shape {parents_arr.shape} (rule: shape)"
+                f"tokens shape {tokens_arr.shape}, parents shape {parents_arr.shape}: "
+                "must be equal and 1-D (rule: shape)"
             )
         depth = compute_depth(parents_arr)
         return cls(tokens_arr, parents_arr, depth, np.ones(depth.shape[0], dtype=np.bool_))
@@ -141,21 +148,21 @@ class TreeLayout:
         tokens [5, 8, 9, 4], parents [0, 0, 0, 2], depth [0, 1, 1, 2]. Whether each parent really sits on the
         previous level is left to ``check_tree`` (rule: depth consistency).
         """
-        tokens = [np.asarray([root_token], dtype=np.int64)]
+        tokens = [np.asarray([root_token])]
         parents = [np.zeros(1, dtype=np.int64)]
-        depth = [np.zeros(1, dtype=np.int64)]
+        sizes = [1]
         for d, (level_tokens, level_parents) in enumerate(levels, start=1):
-            lt = np.asarray(level_tokens, dtype=np.int64).reshape(-1)
-            lp = np.asarray(level_parents, dtype=np.int64).reshape(-1)
+            lt = _level_array(level_tokens)
+            lp = _level_array(level_parents)
             if lt.shape != lp.shape:
                 raise TreeInvariantError(
                     f"level {d}: {lt.shape[0]} tokens but {lp.shape[0]} parent indices (rule: shape)"
                 )
             tokens.append(lt)
             parents.append(lp)
-            depth.append(np.full(lt.shape[0], d, dtype=np.int64))
-        t = np.concatenate(tokens)
-        return cls(t, np.concatenate(parents), np.concatenate(depth), np.ones(t.shape[0], dtype=np.bool_))
+            sizes.append(lt.shape[0])
+        depth = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)  # level d's k_d nodes sit at depth d
+        return cls(np.concatenate(tokens), np.concatenate(parents), depth, np.ones(depth.shape[0], dtype=np.bool_))
 
     @classmethod
     def single(cls, root_token: int) -> "TreeLayout":
@@ -218,20 +225,19 @@ class TreeLayout:
             [[0, 0, 0],
              [0, 1, 0],
              [0, 1, 2]]
-        Built column by column from the bottom: at step k, ``cur`` holds the k-th ancestor of each row and is
-        written into column ``depth - k`` where that is >= 0. O(N * D).
+        Built from ``up[k, i]``, the k-th ancestor of i: column c of row i is ``up[depth[i] - c, i]`` when
+        ``c <= depth[i]``, else ``PAD_SLOT``. O(N * D).
         """
         n = self.num_nodes
         d = self._num_levels(num_levels)
-        table = np.full((n, d), PAD_SLOT, dtype=np.int64)
-        rows = np.arange(n)
-        cur = rows.copy()
-        for k in range(self.max_depth + 1):
-            col = self.depth - k
-            on = col >= 0
-            table[rows[on], col[on]] = cur[on]
-            cur = self.parents[cur]
-        return table
+        up = np.empty((self.max_depth + 1, n), dtype=np.int64)  # up[k, i] = k-th ancestor of i (root absorbs)
+        up[0] = np.arange(n)
+        for k in range(1, self.max_depth + 1):
+            up[k] = self.parents[up[k - 1]]
+        steps = self.depth[:, None] - np.arange(d)[None, :]  # [N, D] how far column c is above row i
+        inside = steps >= 0
+        table = up[np.where(inside, steps, 0), np.arange(n)[:, None]]  # [N, D]
+        return np.where(inside, table, np.int64(PAD_SLOT))
 
     def positions(self, committed_len: int) -> np.ndarray:
         """int64 ``[N]`` RoPE positions: ``committed_len + depth``.

@@ -99,7 +99,8 @@ def tree_attention_visibility(layout: TreeLayout, committed_len: int, cache_len:
         raise ConfigError(f"committed_len={committed_len}: must be >= 0")
     if committed_len + n > cache_len:
         raise CacheCapacityError(
-            f"tree of {n} rows at committed_len={committed_len} needs {committed_len + n} cache rows, cache_len={cache_len}"
+            f"tree of {n} rows at committed_len={committed_len} needs {committed_len + n} cache rows, "
+            f"cache_len={cache_len}"
         )
     vis = np.zeros((n, cache_len), dtype=np.bool_)
     vis[:, :committed_len] = True

@@ -1,0 +1,27 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="mindspore-eagle",
+    version="0.1.0",
+    description="Lossless EAGLE-3 tree speculative decoding for Pangu / Llama-family models in MindSpore",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.9",
+    packages=find_packages(include=["mindspore_eagle", "mindspore_eagle.*", "ckpt_convert", "ckpt_convert.*"]),
+    install_requires=[
+        "mindspore>=2.9,<2.11",  # 2.10.0 is what we test; 2.9 for the MindFormers adapter environment
+        "numpy>=1.25,<2",  # MindSpore 2.10 wheels are built against NumPy 1.x
+        "safetensors>=0.4",
+        "gguf>=0.10",
+        "tokenizers>=0.19",
+        "sentencepiece>=0.2",
+        "jinja2>=3.1",
+    ],
+    extras_require={
+        # Test-only: HuggingFace transformers on CPU torch is the independent reference in the test suite.
+        "test": ["pytest>=8", "hypothesis>=6", "torch==2.13.0", "transformers>=5.2,<6", "accelerate>=1.0"],
+        "plot": ["matplotlib>=3.7"],
+    },
+    entry_points={"console_scripts": ["mindspore-eagle=mindspore_eagle.cli:main"]},
+)
