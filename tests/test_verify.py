@@ -1,0 +1,134 @@
+"""Acceptance keeps exactly the teacher's choices: greedy paths checked on literal trees, sampling checked
+against the exact target distribution by a chi-square test with enough draws to catch a wrong rule."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from mindspore_eagle.errors import ConfigError
+from mindspore_eagle.tree import TreeLayout
+from mindspore_eagle.verify import SamplingParams, accept_greedy, accept_sampling, sample_token, target_probs
+
+V = 6
+
+
+def onehot_logits(argmaxes):
+    lg = np.zeros((len(argmaxes), V), np.float32)
+    for i, a in enumerate(argmaxes):
+        lg[i, a] = 5.0
+    return lg
+
+
+# root(tok 0) -> 1:[tok 3] -> 3:[tok 5]
+#             -> 2:[tok 4] -> 4:[tok 1] -> 5:[tok 2]
+TREE = TreeLayout.from_parents([0, 3, 4, 5, 1, 2], [0, 0, 0, 1, 2, 4])
+
+
+def test_greedy_accepts_the_longest_matching_path_plus_bonus():
+    # teacher argmax per node: root->4, node2->1, node4->2, node5->0
+    acc = accept_greedy(TREE, onehot_logits([4, 0, 1, 0, 2, 0]))
+    assert acc.path == (0, 2, 4, 5) and acc.tokens == (4, 1, 2, 0) and acc.bonus == 0 and acc.num_accepted == 3
+
+
+def test_greedy_with_no_matching_child_emits_only_the_bonus():
+    acc = accept_greedy(TREE, onehot_logits([2, 0, 0, 0, 0, 0]))
+    assert acc.path == (0,) and acc.tokens == (2,)
+
+
+def test_greedy_stops_mid_path_when_the_teacher_disagrees():
+    acc = accept_greedy(TREE, onehot_logits([3, 4, 0, 0, 0, 0]))  # node1's child is tok 5, teacher wants 4
+    assert acc.path == (0, 1) and acc.tokens == (3, 4)
+
+
+def test_greedy_ignores_padding_rows():
+    padded = TREE.padded(8)
+    lg = np.concatenate([onehot_logits([4, 0, 1, 0, 2, 0]), onehot_logits([0, 0])])
+    assert accept_greedy(padded, lg) == accept_greedy(TREE, lg[:6])
+
+
+def test_sampling_params_are_validated():
+    for kw in (dict(temperature=-1), dict(top_p=0.0), dict(top_p=1.5), dict(top_k=-2)):
+        with pytest.raises(ConfigError):
+            SamplingParams(**kw)
+
+
+def test_target_probs_top_k_and_top_p_keep_the_right_support():
+    logits = np.log(np.array([0.5, 0.2, 0.15, 0.1, 0.05, 0.0001]))
+    p = target_probs(logits, SamplingParams(temperature=1.0, top_k=2))
+    np.testing.assert_allclose(p, [0.5 / 0.7, 0.2 / 0.7, 0, 0, 0, 0], atol=1e-9)
+    p = target_probs(logits, SamplingParams(temperature=1.0, top_p=0.8))  # 0.5+0.2 < 0.8 <= 0.85
+    np.testing.assert_allclose(p[:3], np.array([0.5, 0.2, 0.15]) / 0.85, atol=1e-6)
+    assert p[3:].sum() == 0
+
+
+def _first_two_tokens_distribution(logits_by_node, tree, params, n, seed):
+    rng = np.random.default_rng(seed)
+    counts = {}
+    for _ in range(n):
+        acc = accept_sampling(tree, logits_by_node, params, rng)
+        counts[acc.tokens[0]] = counts.get(acc.tokens[0], 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("params", [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_p=0.9),
+                                    SamplingParams(temperature=1.3, top_k=3)])
+def test_sampling_acceptance_reproduces_the_teacher_distribution(params):
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 1.5, (TREE.num_nodes, V))
+    n = 20000
+    counts = _first_two_tokens_distribution(logits, TREE, params, n, seed=1)
+    p = target_probs(logits[0], params)
+    support = np.flatnonzero(p > 0)
+    observed = np.array([counts.get(int(t), 0) for t in support])
+    assert sum(counts.get(int(t), 0) for t in range(V) if p[t] == 0) == 0
+    _, pvalue = stats.chisquare(observed, p[support] * n)
+    assert pvalue > 1e-3, (observed, p[support] * n)
+
+
+def test_a_wrong_acceptance_rule_fails_the_same_test():
+    """Negative control: accepting a child with probability sqrt(p(x)) (a plausible bug) is detected."""
+    rng_l = np.random.default_rng(0)
+    logits = rng_l.normal(0, 1.5, (TREE.num_nodes, V))
+    params = SamplingParams(temperature=1.0)
+    p = target_probs(logits[0], params)
+    rng = np.random.default_rng(1)
+    counts = np.zeros(V)
+    kids = [1, 2]
+    for _ in range(20000):
+        q = p.copy()
+        tok = None
+        for c in kids:
+            x = int(TREE.tokens[c])
+            if rng.random() < np.sqrt(q[x]):
+                tok = x
+                break
+            q[x] = 0
+            q /= q.sum()
+        counts[tok if tok is not None else rng.choice(V, p=q)] += 1
+    _, pvalue = stats.chisquare(counts, p * 20000)
+    assert pvalue < 1e-6
+
+
+def test_second_token_is_conditionally_teacher_distributed():
+    """Given first token 4 (node 2 accepted), the next token follows p at node 2."""
+    rng = np.random.default_rng(3)
+    logits = rng.normal(0, 1.0, (TREE.num_nodes, V))
+    params = SamplingParams(temperature=1.0)
+    rng2 = np.random.default_rng(5)
+    seconds = []
+    for _ in range(30000):
+        acc = accept_sampling(TREE, logits, params, rng2)
+        if acc.tokens[0] == 4:
+            seconds.append(acc.tokens[1])
+    p = target_probs(logits[2], params)
+    observed = np.bincount(seconds, minlength=V)
+    _, pvalue = stats.chisquare(observed, p * len(seconds))
+    assert pvalue > 1e-3
+
+
+def test_sampling_is_reproducible_for_a_seed_and_greedy_at_zero_temperature():
+    logits = np.random.default_rng(0).normal(0, 1, (TREE.num_nodes, V))
+    a = [accept_sampling(TREE, logits, SamplingParams(1.0), np.random.default_rng(9)) for _ in range(3)]
+    assert a[0] == a[1] == a[2]
+    assert accept_sampling(TREE, logits, SamplingParams(0.0), np.random.default_rng(9)) == accept_greedy(TREE, logits)
+    assert sample_token(logits[0], SamplingParams(0.0), np.random.default_rng(0)) == int(np.argmax(logits[0]))
