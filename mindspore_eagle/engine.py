@@ -74,6 +74,12 @@ class Generation:
     ttft_s: float  # prompt submitted -> first new token known
     total_s: float
     steps: tuple[StepTrace, ...] = field(default=(), repr=False)
+    prefill_teacher_s: float = 0.0  # teacher forward time of the prefill chunks
+
+    @property
+    def teacher_s(self) -> float:
+        """Seconds inside teacher forwards (prefill and verification)."""
+        return self.prefill_teacher_s + self.seconds("teacher")
 
     @property
     def cycles(self) -> int:
@@ -95,7 +101,7 @@ class Generation:
         return (len(self.tokens) - 1) / dt if len(self.tokens) > 1 and dt > 0 else float("nan")
 
     def seconds(self, phase: str) -> float:
-        """Total seconds spent in ``phase`` ("draft", "verify" or "commit") over all steps."""
+        """Total seconds spent in ``phase`` ("draft", "verify", "commit" or "teacher") over all steps."""
         return float(sum(getattr(s, f"{phase}_ms") for s in self.steps)) / 1000
 
 
@@ -114,12 +120,13 @@ class SpeculativeEngine:
         self.reference = teacher.runtime.exec_mode == "reference"
 
     # ----- prefill ------------------------------------------------------------------------------------
-    def _prefill(self, prompt: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Write the prompt into rows [0, len) chunk by chunk; return (last logits [V], aux [len, 3H])."""
+    def _prefill(self, prompt: Sequence[int]) -> tuple[np.ndarray, np.ndarray, float]:
+        """Write the prompt into rows [0, len) chunk by chunk; return (last logits [V], aux [len, 3H],
+        teacher forward seconds)."""
         from .generate import plan_prefill
 
         ids = np.asarray(prompt, np.int64)[None, :]
-        aux, logits = [], None
+        aux, logits, seconds = [], None, 0.0
         for off, size, bucket in plan_prefill(len(prompt), 0, self.teacher):
             L = self.cache.begin_round(bucket)
             pos = L + np.arange(size)[None, :]
@@ -128,7 +135,8 @@ class SpeculativeEngine:
             self.cache.commit(list(range(size)), CommitMode.LENGTH)
             aux.append(out.aux_hidden[0])
             logits = out.logits[0, -1]
-        return logits, np.concatenate(aux, 0)
+            seconds += out.seconds
+        return logits, np.concatenate(aux, 0), seconds
 
     # ----- one speculative step -----------------------------------------------------------------------
     def _bucket(self, num_nodes: int) -> int:
@@ -196,7 +204,7 @@ class SpeculativeEngine:
         eos = {int(e) for e in eos_token_ids}
         rng = np.random.default_rng(sampling.seed)
         t0 = time.perf_counter()
-        logits, aux = self._prefill(prompt)
+        logits, aux, prefill_s = self._prefill(prompt)
         root = sample_token(logits, sampling, rng)
         ttft = time.perf_counter() - t0
         self.proposer.begin(prompt, aux, root)
@@ -225,7 +233,7 @@ class SpeculativeEngine:
                     break
             root = trace.bonus
         return Generation(tuple(int(t) for t in prompt), tuple(tokens[:max_new_tokens]), stop, ttft,
-                          time.perf_counter() - t0, tuple(steps))
+                          time.perf_counter() - t0, tuple(steps), prefill_s)
 
 
 def _naive_tree_mask(layout: TreeLayout, committed_len: int, cache_len: int) -> np.ndarray:

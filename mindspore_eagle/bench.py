@@ -1,0 +1,132 @@
+"""``mindspore-eagle bench``: greedy vs speculative on the same prompts, in the same process, side by side.
+
+For each prompt the teacher-only baseline (the engine with a one-node tree) and the speculative engine run
+one after the other, after an untimed warm-up that compiles every shape. Speed is new tokens per second over
+the whole request (prefill included, as in the EAGLE papers); ``speedup`` is the per-prompt ratio spec/greedy.
+The last stdout line is one JSON object (see ``summarize``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .engine import Generation, Proposer, SpeculativeEngine
+from .errors import ConfigError
+
+DEFAULT_PROMPTS = (
+    "Explain in two sentences why the sky is blue.",
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "Give me three tips for staying focused while studying.",
+    "What is the difference between a list and a tuple in Python?",
+    "Summarize the plot of Romeo and Juliet in a few sentences.",
+    "Write a short poem about the ocean.",
+    "How do I reverse a string in Python?",
+    "List the planets of the solar system in order.",
+)
+
+
+def load_prompts(path: str | None) -> list[str]:
+    """Prompts from a JSONL file (one ``{"prompt": "..."}`` per line) or the built-in set."""
+    if path is None:
+        return list(DEFAULT_PROMPTS)
+    prompts = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                prompts.append(str(json.loads(line)["prompt"]))
+            except (ValueError, KeyError, TypeError):
+                raise ConfigError(f"{path}:{n}: expected a JSON object with a \"prompt\" key") from None
+    if not prompts:
+        raise ConfigError(f"{path}: no prompts")
+    return prompts
+
+
+@dataclass(frozen=True)
+class PromptResult:
+    greedy: Generation
+    spec: Generation
+
+    @property
+    def lossless(self) -> bool:
+        return self.greedy.tokens == self.spec.tokens
+
+    @property
+    def speedup(self) -> float:
+        return self.spec.tok_s / self.greedy.tok_s
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default), q in [0, 100]."""
+    return float(np.percentile(np.asarray(values, np.float64), q))
+
+
+def summarize(results: Sequence[PromptResult]) -> dict:
+    """The bench JSON: turns, lossless turns, tau (mean tokens per cycle over all cycles), speedups, speeds,
+    overhead share (spec time outside teacher and draft forwards / spec total)."""
+    speedups = [r.speedup for r in results]
+    emitted = [s.emitted for r in results for s in r.spec.steps]
+    spec_total = sum(r.spec.total_s for r in results)
+    teacher_s = sum(r.spec.teacher_s for r in results)
+    draft_s = sum(r.spec.seconds("draft") for r in results)
+    return {
+        "turns": len(results),
+        "lossless_turns": sum(r.lossless for r in results),
+        "tau": round(float(np.mean(emitted)), 3) if emitted else float("nan"),
+        "speedup_mean": round(float(np.mean(speedups)), 3),
+        "speedup_p50": round(percentile(speedups, 50), 3),
+        "speedup_p99": round(percentile(speedups, 99), 3),
+        "tok_s_greedy": round(sum(len(r.greedy.tokens) for r in results) / sum(r.greedy.total_s for r in results), 3),
+        "tok_s_spec": round(sum(len(r.spec.tokens) for r in results) / spec_total, 3),
+        "overhead_share": round(max(0.0, spec_total - teacher_s - draft_s) / spec_total, 4),
+    }
+
+
+def run_bench(teacher, prompts_ids: Sequence[Sequence[int]], make_proposer: Callable[[], Proposer],
+              max_new_tokens: int, eos: Sequence[int] = (), log: Callable[[str], None] = print,
+              commit_mode=None) -> list[PromptResult]:
+    """Greedy then speculative for every prompt. ``make_proposer(greedy_generation)`` is called per request
+    (oracles read that request's greedy output; a real draft ignores it)."""
+    greedy_engine = SpeculativeEngine(teacher)
+    state = {"greedy": None}
+    spec_engine = SpeculativeEngine(teacher, _LazyProposer(make_proposer, state), commit_mode)
+    # Warm-up: compile every bucket both loops use (not timed, not reported).
+    warm = prompts_ids[0]
+    state["greedy"] = greedy_engine.generate(warm, min(8, max_new_tokens), eos)
+    spec_engine.generate(warm, min(16, max_new_tokens), eos)
+    results = []
+    log(f"{'#':>3} {'tokens':>6} {'greedy tok/s':>12} {'spec tok/s':>10} {'tau':>5} {'speedup':>7} lossless")
+    for i, ids in enumerate(prompts_ids):
+        g = greedy_engine.generate(ids, max_new_tokens, eos)
+        state["greedy"] = g
+        s = spec_engine.generate(ids, max_new_tokens, eos)
+        r = PromptResult(g, s)
+        results.append(r)
+        log(f"{i:>3} {len(g.tokens):>6} {g.tok_s:>12.2f} {s.tok_s:>10.2f} {s.tau:>5.2f} {r.speedup:>7.2f} "
+            f"{'yes' if r.lossless else 'NO'}")
+    return results
+
+
+class _LazyProposer:
+    """Builds a fresh proposer per request (oracles need that request's greedy output)."""
+
+    def __init__(self, factory, state):
+        self.factory, self.state, self.inner = factory, state, None
+
+    def begin(self, prompt, aux_hidden, first_token):
+        self.inner = self.factory(self.state["greedy"])
+        self.inner.begin(prompt, aux_hidden, first_token)
+
+    def propose(self, root_token):
+        return self.inner.propose(root_token)
+
+    def accept(self, acceptance, aux_hidden):
+        self.inner.accept(acceptance, aux_hidden)
+
+
+__all__ = ["DEFAULT_PROMPTS", "PromptResult", "load_prompts", "run_bench", "summarize", "percentile"]
