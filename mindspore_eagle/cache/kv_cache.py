@@ -14,8 +14,8 @@ Which rows are written when:
   * ``commit(path, LENGTH)`` (path ``[0, 1, ..., k]``, a chain) writes nothing: ``L += k + 1``;
   * ``commit(path, PATH_INDEX)`` copies rows ``L + path[i]`` to ``L + i`` for the out-of-place suffix of the
     path only (``path_moves``), all layers in one graph, then ``L += k + 1``; rows below L are untouched;
-  * ``rollback(L')`` and ``reset()`` write nothing: rows ``>= L'`` become stale, hidden by every mask and
-    overwritten by the next round;
+  * ``abort_round()``, ``rollback(L')`` and ``reset()`` write nothing: rows ``>= L'`` become stale, hidden
+    by every mask and overwritten by the next round;
   * ``reorder(index_map)`` (general, for callers that need it) writes exactly the rows ``i`` with
     ``index_map[i] != i``.
 
@@ -96,6 +96,10 @@ class CacheState:
         self.round_bucket = None
         return self.committed_len
 
+    def abort(self) -> None:
+        """Close the open round (if any) committing nothing: its rows become stale and are never visible."""
+        self.round_bucket = None
+
     def rollback(self, committed_len: int) -> int:
         """Return to an earlier committed length (``0 <= committed_len <= current``); close any open round."""
         if isinstance(committed_len, bool) or not isinstance(committed_len, (int, np.integer)):
@@ -162,6 +166,10 @@ class BranchableKVCache:
         rows = self.committed_len + np.arange(num_rows, dtype=np.int64)
         return np.broadcast_to(rows, (self.batch_size, num_rows)).copy()
 
+    def abort_round(self) -> None:
+        """Discard the open round (e.g. a decode step whose row is not kept): nothing is committed or written."""
+        self.state.abort()
+
     def rollback(self, committed_len: int) -> int:
         """Forget everything after ``committed_len`` tokens (ConfigError if it is not an earlier length)."""
         return self.state.rollback(committed_len)
@@ -208,9 +216,9 @@ class BranchableKVCache:
         if m.size == 0 or m.dtype.kind not in "iu" or m.ndim not in (1, 2):
             raise ConfigError(f"reorder: index_map must be a non-empty int array [n] or [B, n], got "
                               f"{m.dtype} {m.shape}")
+        if m.shape[-1] > self.max_len:
+            raise ConfigError(f"reorder: index_map of {m.shape[-1]} rows exceeds max_len={self.max_len}")
         m = self._per_sequence(m, "index_map")
-        if m.shape[1] > self.max_len:
-            raise ConfigError(f"reorder: index_map of {m.shape[1]} rows exceeds max_len={self.max_len}")
         moves = [map_moves(row) for row in m]
         if any(s.size for s, _ in moves):
             self._run([s for s, _ in moves], [d for _, d in moves])
