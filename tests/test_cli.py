@@ -9,7 +9,7 @@ from tests.conftest import default_model_or_skip
 
 def test_generate_prints_the_answer_and_speed(capsys):
     model = default_model_or_skip()
-    code = cli.main(["generate", "--model", model, "--prompt", "What is the capital of France?",
+    code = cli.main(["generate", "--mode", "greedy", "--model", model, "--prompt", "What is the capital of France?",
                      "--max-new-tokens", "8", "--exec", "reference", "--no-warmup", "--max-cache-len", "128"])
     out, err = capsys.readouterr()
     assert code == 0
@@ -19,7 +19,7 @@ def test_generate_prints_the_answer_and_speed(capsys):
 
 def test_generate_reports_a_prompt_longer_than_the_cache(capsys):
     model = default_model_or_skip()
-    code = cli.main(["generate", "--model", model, "--prompt", "word " * 200, "--exec", "reference",
+    code = cli.main(["generate", "--mode", "greedy", "--model", model, "--prompt", "word " * 200, "--exec", "reference",
                      "--max-cache-len", "64", "--no-warmup"])
     _, err = capsys.readouterr()
     assert code == 2 and "CacheCapacityError" in err and "does not fit the cache" in err

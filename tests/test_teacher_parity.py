@@ -72,3 +72,26 @@ def test_cached_decoding_equals_full_recompute(teachers, mode):
     # every row from the last prompt token on must be the token the cached run produced next.
     argmax = chunked_logits(teacher, seq[:-1]).argmax(-1)
     assert [int(t) for t in argmax[len(prompt) - 1:]] == list(gen.tokens)
+
+
+def test_aux_taps_are_the_inputs_of_the_configured_layers_in_order(hf_tiny):
+    """EAGLE-3 features: the hidden states entering layers aux_layer_ids (repeats allowed), as transformers'
+    output_hidden_states reports them (hidden_states[i] is the input of layer i)."""
+    import torch
+
+    from mindspore_eagle.config import TeacherConfig, replace
+
+    _, ms_dir, torch_model = hf_tiny("llama")
+    cfg = replace(TeacherConfig.load(ms_dir), aux_layer_ids=(3, 1, 1))
+    teacher = Teacher(cfg, RuntimeConfig(exec_mode="reference", **RUNTIME))
+    from mindspore_eagle.checkpoint import load_strict
+
+    load_strict(teacher.cell.weight_parameters(), ms_dir + "/model.ckpt")
+    prompt = [4, 8, 15, 16, 23, 42]
+    pos = np.arange(6)[None]
+    aux = teacher.forward(np.array([prompt]), pos, pos, causal_mask(0, 6, teacher.max_len), 8).aux_hidden[0]
+    with torch.no_grad():
+        hs = torch_model(torch.tensor([prompt]), output_hidden_states=True).hidden_states
+    ref = np.concatenate([hs[3][0].numpy(), hs[1][0].numpy(), hs[1][0].numpy()], -1)
+    assert aux.shape == ref.shape
+    assert np.abs(aux - ref).max() <= 1e-4

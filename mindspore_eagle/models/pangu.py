@@ -70,11 +70,11 @@ class PanguForCausalLM(nn.Cell):
         cos = ops.gather(self.cos_table, positions, 0).reshape(b, 1, t, -1)  # [B, 1, T, D]
         sin = ops.gather(self.sin_table, positions, 0).reshape(b, 1, t, -1)
         write_idx = write_index(cache_rows, self.num_kv_heads)
-        taps = ()
-        for i, layer in enumerate(self.model.layers):
-            if i in self.aux_ids:
-                taps = taps + (x,)
+        inputs = ()  # the hidden state entering each layer
+        for layer in self.model.layers:
+            inputs = inputs + (x,)
             x = layer(x, cos, sin, mask, write_idx)
+        taps = tuple(inputs[i] for i in self.aux_ids)  # in aux_layer_ids order, repeats allowed
         h = self.model.norm(x)
         h2 = h.reshape(b * t, -1)
         if self.tied:

@@ -1,0 +1,155 @@
+"""Import a published EAGLE-3 draft head (SafeAILab EAGLE, SpecForge) into a mindspore_eagle head directory.
+
+Source: a directory with the trainer's ``config.json`` and ``model.safetensors`` (single or sharded), or
+``pytorch_model.bin`` when torch is installed. Tensor names are the public ones (``fc.weight``,
+``midlayer.*``, ``norm.weight``, ``lm_head.weight``, ``d2t``, ``t2d``; see ``mindspore_eagle.models.eagle3``),
+HF orientation ``[out, in]``. Output: ``config.json`` (our ``DraftConfig``), ``model.ckpt`` (Linear weights
+``[in, out]``) and, for a reduced draft vocabulary, ``d2t.npy`` (int64) / ``t2d.npy`` (bool).
+
+Same strictness as the teacher converter: every missing, unexpected or mis-shaped tensor is listed in one
+``CheckpointError`` before anything is written; the vocabulary map is checked for consistency; the output
+appears atomically. ``load_public_head`` builds a head from such a directory in memory, with the same checks.
+Known extras that are dropped: ``embed_tokens.weight`` when the head shares the teacher's width (the teacher's
+embeddings are used; SpecForge saves a frozen copy), ``d2t``/``t2d`` when the draft vocabulary is the full
+vocabulary (no map; the reference code deletes them too), rotary ``inv_freq``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Mapping
+
+import numpy as np
+
+from mindspore_eagle.draft_config import DraftConfig
+from mindspore_eagle.errors import CheckpointError, ConfigError
+from mindspore_eagle.models.eagle3 import (D2T_FILE, T2D_FILE, Eagle3DraftHead, check_vocab_map,
+                                           expected_head_shapes)
+
+from .convert import check_tensors, write_model_dir
+from .name_map import HF_STALE_SUFFIXES
+from .readers import safetensors_files
+
+VOCAB_MAP = ("d2t", "t2d")
+
+
+def _is_linear(name: str) -> bool:
+    return name.endswith("_proj.weight") or name in ("fc.weight", "lm_head.weight")
+
+
+def _as_numpy(name: str, arr) -> np.ndarray:
+    """Float tensors -> float32 (fp16/bf16 sources too); the vocabulary map keeps its integer / bool dtype."""
+    arr = np.asarray(arr)
+    if name in VOCAB_MAP:
+        return arr
+    return np.asarray(arr, dtype=np.float32)
+
+
+def read_head_tensors(src: str) -> dict[str, np.ndarray]:
+    """Every tensor of a head checkpoint directory, by source name (safetensors first, then pytorch_model.bin)."""
+    import mindspore  # noqa: F401  (registers numpy's bfloat16 dtype, needed by safetensors.numpy for bf16)
+    from safetensors.numpy import load_file
+
+    has_st = any(os.path.isfile(os.path.join(src, f)) for f in ("model.safetensors", "model.safetensors.index.json"))
+    bin_path = os.path.join(src, "pytorch_model.bin")
+    if not has_st and os.path.isfile(bin_path):
+        return _read_torch_bin(bin_path)
+    tensors: dict[str, np.ndarray] = {}
+    for path in safetensors_files(src):
+        try:
+            part = load_file(path)
+        except Exception as exc:  # safetensors raises its own error types for truncated/corrupt files
+            raise CheckpointError(f"{path}: cannot read safetensors file ({type(exc).__name__}: {exc})") from None
+        dup = sorted(set(part) & set(tensors))
+        if dup:
+            raise CheckpointError(f"{path}: tensors appear in more than one shard: {dup[:10]}")
+        tensors.update({name: _as_numpy(name, arr) for name, arr in part.items()})
+    return tensors
+
+
+def _read_torch_bin(path: str) -> dict[str, np.ndarray]:
+    try:
+        import torch
+    except ImportError:
+        raise CheckpointError(f"{path}: reading pytorch_model.bin needs torch, which is not installed; convert "
+                              "the head to model.safetensors or install torch") from None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise CheckpointError(f"{path}: cannot read torch checkpoint ({type(exc).__name__}: {exc})") from None
+    out = {}
+    for name, t in state.items():
+        t = t.detach()
+        out[name] = _as_numpy(name, t.float().numpy() if t.is_floating_point() else t.numpy())
+    return out
+
+
+def hf_head_to_ours(tensors: Mapping[str, np.ndarray], cfg: DraftConfig) -> dict[str, np.ndarray]:
+    """Drop known extras and transpose Linear weights to ``[in, out]``; names are otherwise unchanged."""
+    out: dict[str, np.ndarray] = {}
+    for name, arr in tensors.items():
+        if name.endswith(HF_STALE_SUFFIXES):
+            continue
+        if name == "embed_tokens.weight" and cfg.target_hidden_size == cfg.hidden_size:
+            continue  # the teacher's embeddings are used
+        if name in VOCAB_MAP and not cfg.has_vocab_map:
+            continue
+        out[name] = np.ascontiguousarray(arr.T) if _is_linear(name) and arr.ndim == 2 else arr
+    return out
+
+
+def load_hf_config(src: str) -> DraftConfig:
+    path = os.path.join(src, "config.json")
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{src}: no config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return DraftConfig.from_hf_dict(json.load(f))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+
+
+def read_checked_head(src: str) -> tuple[DraftConfig, dict[str, np.ndarray], np.ndarray | None, np.ndarray | None]:
+    """Read and validate a public head directory: ``(cfg, tensors in our layout, d2t, t2d)``; the map is None
+    when the draft vocabulary is the full vocabulary. Raises before returning anything partial."""
+    cfg = load_hf_config(src)
+    tensors = hf_head_to_ours(read_head_tensors(src), cfg)
+    expected = dict(expected_head_shapes(cfg))
+    if cfg.has_vocab_map:
+        expected.update(d2t=(cfg.draft_vocab_size,), t2d=(cfg.vocab_size,))
+    check_tensors(tensors, expected, src)
+    d2t = t2d = None
+    if cfg.has_vocab_map:
+        d2t, t2d = tensors.pop("d2t"), tensors.pop("t2d")
+        check_vocab_map(cfg, d2t, t2d, src)
+    return cfg, tensors, d2t, t2d
+
+
+def convert_eagle3(src: str, out_dir: str, overwrite: bool = False) -> DraftConfig:
+    """Public EAGLE-3 head directory -> our head directory (strict, atomic). Returns the DraftConfig."""
+    cfg, tensors, d2t, t2d = read_checked_head(src)
+
+    def write_vocab_map(tmp: str) -> None:
+        if cfg.has_vocab_map:
+            np.save(os.path.join(tmp, D2T_FILE), np.asarray(d2t).astype(np.int64))
+            np.save(os.path.join(tmp, T2D_FILE), np.asarray(t2d).astype(np.bool_))
+
+    write_model_dir(out_dir, cfg, tensors, write_vocab_map, overwrite)
+    return cfg
+
+
+def load_public_head(src: str, batch_size: int = 1, max_len: int = 1024) -> Eagle3DraftHead:
+    """Build a head straight from a public directory (in memory, same checks as ``convert_eagle3``)."""
+    from mindspore import Tensor
+
+    cfg, tensors, d2t, t2d = read_checked_head(src)
+    head = Eagle3DraftHead(cfg, batch_size, max_len)
+    for name, param in head.weight_parameters().items():  # names and shapes were checked against these
+        param.set_data(Tensor(np.asarray(tensors[name], np.float32)))
+    if cfg.has_vocab_map:
+        head.set_vocab_map(d2t, t2d)
+    return head
+
+
+__all__ = ["convert_eagle3", "hf_head_to_ours", "load_public_head", "read_checked_head", "read_head_tensors"]

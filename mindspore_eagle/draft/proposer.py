@@ -1,0 +1,271 @@
+"""``Eagle3Proposer``: the host-side drafting loop that ties the head, its KV cache and tree growth together.
+
+The draft's context (EAGLE's convention). Entry ``p`` of the draft cache pairs the token at teacher position
+``p + 1`` with the teacher's features (``aux_hidden``) at position ``p``: the head learns "given what the teacher
+computed at p, and the token that followed, what comes next". So after the teacher has committed ``L`` tokens
+and produced the root (the token at position L, not yet in its cache), the draft holds ``L`` entries too:
+rows ``[0, L)``, the last one pairing the root with the teacher's features at ``L - 1``; its output (the
+*recycled hidden*) scores the root's children. The two committed lengths are always equal.
+
+The calls an engine makes (``mindspore_eagle.engine.Proposer``)::
+
+    proposer.begin(prompt, aux[0:P], root)             # once per request: P entries
+    layout = proposer.propose(root)                    # TreeLayout, node 0 = root (grow() adds draft scores)
+    ... teacher verifies the tree: accepted path [0, a1..ak], bonus b, aux rows of those k+1 path nodes ...
+    proposer.accept(acceptance, aux_path)              # k + 1 new entries: a1..ak, b; b is the next root
+
+Speculative rows. Growth writes the tree levels in rows ``[L, L + (depth-1)*top_k)`` and drops them
+straight away (rollback to L): the accepted tokens come back through ``accept`` paired with the teacher's
+*true* features, which is what the reference implementation does (its ``stable_kv`` never keeps tree
+levels) and more accurate than keeping K/V computed from recycled draft hidden states.
+
+Optional window (off by default; an ablation): a draft entry at position p attends only to entries at
+positions ``> p - window`` (a sliding window, by masking; positions stay absolute). Tree nodes always see
+their own tree ancestors (the window is meant to be much larger than the tree depth).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import os
+
+import mindspore as ms
+import numpy as np
+from mindspore import Parameter, Tensor, nn
+
+from ..cache import BranchableKVCache, CommitMode
+from ..draft_config import TreeBudget
+from ..checkpoint import CKPT_NAME
+from ..errors import AssetError, CacheCapacityError, ConfigError, TreeInvariantError
+from ..models.eagle3 import Eagle3DraftHead
+from ..tree.layout import TreeLayout
+from ..tree.mask import additive_from_bool
+from .grow import GrownTree, TreeGrowCell, select_tree
+
+CONTEXT_BUCKETS = (1, 8, 16, 32, 64)
+
+
+def draft_cache_len(context_len: int, budget: TreeBudget) -> int:
+    """Rows the head's cache needs for a context of up to ``context_len`` tokens (the teacher's
+    ``max_cache_len``): the committed entries plus one growth's tree rows above them."""
+    return context_len + budget.tree_rows
+
+
+class ContextForwardCell(nn.Cell):
+    """The head's context forward with the embedding table held, not passed (see ``TreeGrowCell`` for why):
+    ``construct(input_ids, features, positions, mask, cache_rows) -> hidden_out``. ``auto_prefix=False``: no
+    parameter of the head or of the (shared) table is renamed."""
+
+    def __init__(self, head: Eagle3DraftHead, embed_table: Parameter):
+        super().__init__(auto_prefix=False)
+        self.head = head
+        self.embed_table = embed_table
+
+    def construct(self, input_ids, features, positions, mask, cache_rows):
+        return self.head(self.embed_table, input_ids, features, positions, mask, cache_rows)
+
+
+class Eagle3Proposer:
+    """Drafts one tree per round with an ``Eagle3DraftHead``. Batch size 1.
+
+    ``embed_table`` is the token-embedding matrix ``[vocab, H]`` the head reads (the teacher's Parameter, shared
+    without a copy, or the head's own when its width differs; ``for_teacher`` picks it; a plain Tensor is
+    wrapped in a Parameter). ``exec_mode``: "performance" compiles the context forward
+    (one graph per bucket) and the growth (one graph per budget); "reference" runs both in PyNative.
+    The head's cache must hold the longest context plus ``budget.tree_rows`` rows.
+    """
+
+    def __init__(self, head: Eagle3DraftHead, embed_table, budget: TreeBudget, exec_mode: str = "performance",
+                 window: int | None = None, buckets: Sequence[int] = CONTEXT_BUCKETS):
+        if exec_mode not in ("performance", "reference"):
+            raise ConfigError(f"exec_mode={exec_mode!r}: expected 'performance' or 'reference'")
+        if head.batch_size != 1:
+            raise ConfigError(f"Eagle3Proposer drafts for one sequence; the head was built for batch_size="
+                              f"{head.batch_size}")
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+            raise ConfigError(f"window={window!r}: must be None (off) or an integer >= 1")
+        vocab, width = tuple(embed_table.shape)
+        if (vocab, width) != (head.cfg.vocab_size, head.cfg.hidden_size):
+            raise ConfigError(f"embed_table shape {(vocab, width)}: the head needs [vocab_size, hidden_size] = "
+                              f"[{head.cfg.vocab_size}, {head.cfg.hidden_size}]")
+        budget.check_vocab(head.cfg.draft_vocab_size)
+        if budget.tree_rows + 1 > head.max_len:
+            raise ConfigError(f"TreeBudget needs {budget.tree_rows} tree rows above the context; the head's cache "
+                              f"has max_len={head.max_len} (see draft_cache_len)")
+        if not isinstance(embed_table, Parameter):
+            embed_table = Parameter(embed_table, name="draft_embed_table", requires_grad=False)
+        self.head = head
+        self.embed_table = embed_table
+        self.budget = budget
+        self.window = window
+        self.buckets = tuple(sorted(set(int(b) for b in buckets)))
+        self.cache = BranchableKVCache(head.cache_parameters(), exec_mode)
+        self.context_cell = ContextForwardCell(head, embed_table)
+        self.grow_cell = TreeGrowCell(head, embed_table, budget, head.max_len)
+        jit = exec_mode == "performance"
+        self._head_fn = ms.jit(self.context_cell) if jit else self.context_cell
+        self._grow_fn = ms.jit(self.grow_cell) if jit else self.grow_cell
+        self._root: int | None = None  # token of the last committed entry (the next tree's root)
+        self._root_hidden: np.ndarray | None = None  # [H] recycled hidden of that entry
+
+    @classmethod
+    def for_teacher(cls, head: Eagle3DraftHead, teacher, budget: TreeBudget, window: int | None = None
+                    ) -> "Eagle3Proposer":
+        """A proposer drafting for ``teacher`` (a ``Teacher``): checks compatibility, shares its embeddings."""
+        head.cfg.check_teacher(teacher.cfg)
+        need = draft_cache_len(teacher.max_len, budget)
+        if head.max_len < need:
+            raise ConfigError(f"draft head cache max_len={head.max_len} cannot hold the teacher's context "
+                              f"({teacher.max_len}) plus one growth ({budget.tree_rows} rows): build the head with "
+                              f"max_len >= {need} (draft_cache_len)")
+        table = head.embed_tokens.weight if head.own_embedding else teacher.cell.model.embed_tokens.weight
+        return cls(head, table, budget, teacher.runtime.exec_mode, window)
+
+    # ---- state ---------------------------------------------------------------------------------------
+    @property
+    def committed_len(self) -> int:
+        """Entries in the draft's committed context (equals the teacher's committed length)."""
+        return self.cache.committed_len
+
+    @property
+    def root_token(self) -> int | None:
+        return self._root
+
+    def reset(self) -> None:
+        """Forget the context (new conversation)."""
+        self.cache.reset()
+        self._root = None
+        self._root_hidden = None
+
+    @property
+    def _window(self) -> int:
+        """The window as the growth graph takes it: "off" is any value larger than every position."""
+        return self.window if self.window is not None else self.cache.max_len + self.budget.depth + 1
+
+    # ---- the three calls of a round (the engine's Proposer protocol) ---------------------------------
+    def begin(self, prompt: Sequence[int], aux_hidden: np.ndarray, first_token: int) -> None:
+        """A new request: the teacher ran ``prompt`` (P tokens), giving ``aux_hidden [P, 3*H_t]`` and the first
+        root ``first_token``. Forgets any previous context and writes P entries."""
+        self.reset()
+        self.extend(list(prompt[1:]) + [int(first_token)], aux_hidden)
+
+    def propose(self, root_token: int) -> TreeLayout:
+        """This round's tree under ``root_token`` (which must be the last committed entry's token)."""
+        if self._root is not None and int(root_token) != self._root:
+            raise TreeInvariantError(f"propose({root_token}): the draft's context ends with token {self._root}; "
+                                     "call accept() with every committed token first")
+        return self.grow().layout
+
+    def accept(self, acceptance, aux_hidden: np.ndarray) -> None:
+        """After verification: ``acceptance.tokens`` are the accepted drafts then the bonus (the next root),
+        ``aux_hidden [len(path), 3*H_t]`` the teacher's features at the accepted path's nodes (root first)."""
+        self.extend(list(acceptance.tokens), aux_hidden)
+
+    def extend(self, next_tokens: Sequence[int], features: np.ndarray) -> None:
+        """Append entries ``(next_tokens[i], features[i])``: each feature row is the teacher's at some position
+        p and ``next_tokens[i]`` the token at p + 1. Runs the head in chunks of a context bucket."""
+        cfg = self.head.cfg
+        tokens = np.asarray(next_tokens, np.int64).reshape(-1)
+        feats = np.asarray(features, np.float32)
+        t = tokens.shape[0]
+        if t == 0:
+            raise ConfigError("extend: at least one token is required")
+        if feats.shape != (t, 3 * cfg.target_hidden_size):
+            raise ConfigError(f"extend: features shape {feats.shape}, expected ({t}, {3 * cfg.target_hidden_size}) "
+                              "(one row of teacher aux hidden states per token)")
+        if tokens.min() < 0 or tokens.max() >= cfg.vocab_size:
+            raise ConfigError(f"extend: token ids must be in [0, {cfg.vocab_size})")
+        off = 0
+        while off < t:
+            size, bucket = self._chunk(t - off)
+            L = self.cache.begin_round(bucket)
+            rows = (L + np.arange(bucket, dtype=np.int32))[None]  # positions == rows for committed entries
+            ids = np.zeros((1, bucket), np.int32)
+            ids[0, :size] = tokens[off:off + size]
+            x = np.zeros((1, bucket, feats.shape[1]), np.float32)
+            x[0, :size] = feats[off:off + size]
+            out = self._head_fn(Tensor(ids), Tensor(x), Tensor(rows), Tensor(self._context_mask(L, bucket)),
+                                Tensor(rows))
+            self.cache.commit(np.arange(size), CommitMode.LENGTH)
+            off += size
+            # the root is always the last committed entry, even if a later chunk fails
+            self._root = int(tokens[off - 1])
+            self._root_hidden = out.asnumpy()[0, size - 1]
+
+    def grow(self) -> GrownTree:
+        """Grow this round's tree from the root (the last committed entry): the best ``max_nodes`` nodes, with
+        their draft scores. Leaves the committed context as it was (the tree rows are written and dropped)."""
+        if self._root is None:
+            raise ConfigError("propose before begin: the draft has no context")
+        if self.budget.max_nodes == 1:
+            return GrownTree(TreeLayout.single(self._root), np.zeros(1, np.float32), np.zeros(1, np.int64))
+        return select_tree(self._root, *self.candidates(), self.budget.max_nodes)
+
+    def candidates(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Run the growth graph: every candidate's ``(scores, target tokens, parent ids)``, each
+        ``[budget.num_candidates]`` (numbering in ``draft.grow``). ``grow`` selects from these."""
+        if self._root is None:
+            raise ConfigError("propose before begin: the draft has no context")
+        L, rows = self.committed_len, self.budget.tree_rows
+        if rows:
+            self.cache.begin_round(rows)  # CacheCapacityError before anything is written
+        try:
+            scores, tokens, parents = self._grow_fn(Tensor(self._root_hidden[None]), Tensor(np.int64(L)),
+                                                    Tensor(np.int64(self._window)))
+        finally:
+            if rows:
+                self.cache.rollback(L)
+        return scores.asnumpy(), tokens.asnumpy(), parents.asnumpy()
+
+    # ---- helpers -----------------------------------------------------------------------------------------
+    def _chunk(self, remaining: int) -> tuple[int, int]:
+        """(tokens, bucket) of the next context chunk: the largest that fits both the buckets and the cache."""
+        room = self.cache.max_len - self.committed_len
+        fitting = [b for b in self.buckets if b <= room]
+        if not fitting:
+            raise CacheCapacityError(f"draft cache full: committed_len={self.committed_len}, max_len="
+                                     f"{self.cache.max_len}; no context bucket {self.buckets} fits")
+        size = min(remaining, fitting[-1])
+        return size, min(b for b in fitting if b >= size)
+
+    def _context_mask(self, committed_len: int, bucket: int) -> np.ndarray:
+        """Additive ``[1, 1, bucket, max_len]``: row i (cache row = position r = L + i) sees rows
+        ``(r - window, r]`` (causal; all of ``[0, r]`` without a window)."""
+        cols = np.arange(self.cache.max_len)[None, :]
+        rows = committed_len + np.arange(bucket)[:, None]
+        visible = (cols > rows - self._window) & (cols <= rows)
+        return additive_from_bool(visible)[None, None]
+
+
+def default_head_dir() -> str:
+    """Where the shipped head for the default teacher lives (``scripts/train_default_head.sh`` writes it)."""
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.join(here, "assets", "heads", "smollm2-135m-eagle3")
+
+
+def load_head(path: str, max_len: int) -> Eagle3DraftHead:
+    """A head directory in our converted format (``model.ckpt``) or the public one (converted in memory)."""
+    if not os.path.isdir(path):
+        raise AssetError(f"draft head directory {path} does not exist")
+    if os.path.isfile(os.path.join(path, CKPT_NAME)):
+        return Eagle3DraftHead.load(path, max_len=max_len)
+    from ckpt_convert.eagle3 import load_public_head
+
+    return load_public_head(path, max_len=max_len)
+
+
+def load_proposer(draft_dir: str | None, teacher, budget: TreeBudget, window: int | None = None
+                  ) -> Eagle3Proposer:
+    """The EAGLE-3 proposer for ``teacher``: head from ``draft_dir`` (default: ``default_head_dir()``), its
+    cache sized by ``draft_cache_len``, embeddings shared with the teacher."""
+    path = draft_dir or default_head_dir()
+    if draft_dir is None and not os.path.isdir(path):
+        raise AssetError(f"no default draft head at {path}: train it with scripts/train_default_head.sh or pass "
+                         "--draft HEAD_DIR")
+    head = load_head(path, draft_cache_len(teacher.max_len, budget))
+    return Eagle3Proposer.for_teacher(head, teacher, budget, window)
+
+
+__all__ = ["CONTEXT_BUCKETS", "ContextForwardCell", "Eagle3Proposer", "default_head_dir", "draft_cache_len",
+           "load_head", "load_proposer"]
