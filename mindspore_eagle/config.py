@@ -24,6 +24,19 @@ _ARCHITECTURES = {
 }
 
 
+def read_config_json(path: str) -> dict[str, Any]:
+    """The JSON object in ``path`` (or ``path/config.json``); ConfigError when missing or malformed."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"no config file at {path}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+
+
 def _require_positive(obj: Any, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
@@ -228,16 +241,7 @@ class TeacherConfig:
 
     @classmethod
     def load(cls, path: str) -> "TeacherConfig":
-        if os.path.isdir(path):
-            path = os.path.join(path, "config.json")
-        try:
-            with open(path, encoding="utf-8") as f:
-                d = json.load(f)
-        except FileNotFoundError:
-            raise ConfigError(f"no config file at {path}") from None
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}: not valid JSON ({exc})") from None
-        return cls.from_dict(d)
+        return cls.from_dict(read_config_json(path))
 
 
 @dataclass(frozen=True)
@@ -287,4 +291,4 @@ def replace(cfg: Any, **changes: Any) -> Any:
     return dataclasses.replace(cfg, **changes)
 
 
-__all__ = ["TeacherConfig", "RuntimeConfig", "RopeScaling", "replace"]
+__all__ = ["TeacherConfig", "RuntimeConfig", "RopeScaling", "read_config_json", "replace"]

@@ -15,12 +15,10 @@ from it, so one budget compiles one graph.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .config import RopeScaling, TeacherConfig
+from .config import RopeScaling, TeacherConfig, read_config_json
 from .errors import ConfigError
 from .tree.layout import DEFAULT_BUCKETS
 
@@ -175,16 +173,7 @@ class DraftConfig:
 
     @classmethod
     def load(cls, path: str) -> "DraftConfig":
-        if os.path.isdir(path):
-            path = os.path.join(path, "config.json")
-        try:
-            with open(path, encoding="utf-8") as f:
-                d = json.load(f)
-        except FileNotFoundError:
-            raise ConfigError(f"no config file at {path}") from None
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}: not valid JSON ({exc})") from None
-        return cls.from_dict(d)
+        return cls.from_dict(read_config_json(path))
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ import numpy as np
 
 from .cache import BranchableKVCache, CommitMode
 from .errors import CacheCapacityError, ConfigError, EagleError, TreeInvariantError
+from .generate import plan_prefill, validate_prompt
 from .teacher import Teacher
 from .trace import StepTrace
 from .tree import TreeLayout, check_tree, tree_attention_mask
@@ -123,8 +124,6 @@ class SpeculativeEngine:
     def _prefill(self, prompt: Sequence[int]) -> tuple[np.ndarray, np.ndarray, float]:
         """Write the prompt into rows [0, len) chunk by chunk; return (last logits [V], aux [len, 3H],
         teacher forward seconds)."""
-        from .generate import plan_prefill
-
         ids = np.asarray(prompt, np.int64)[None, :]
         aux, logits, seconds = [], None, 0.0
         for off, size, bucket in plan_prefill(len(prompt), 0, self.teacher):
@@ -195,8 +194,6 @@ class SpeculativeEngine:
         """Generate up to ``max_new_tokens`` tokens after ``prompt``. Stops at EOS (included), the token limit or
         a full cache (tokens so far returned). Errors in the request raise before anything is written; the
         engine is reset at the start of every request, so it stays usable after an error."""
-        from .generate import validate_prompt
-
         if max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens={max_new_tokens}: must be >= 1")
         validate_prompt(prompt, self.teacher)

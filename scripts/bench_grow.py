@@ -61,7 +61,7 @@ def main() -> None:
     from mindspore_eagle.config import RuntimeConfig
     from mindspore_eagle.draft import Eagle3Proposer, select_tree
     from mindspore_eagle.draft_config import DraftConfig, TreeBudget
-    from mindspore_eagle.generate import prefill
+    from mindspore_eagle.engine import SpeculativeEngine
     from mindspore_eagle.teacher import Teacher
     from mindspore_eagle.tree.mask import causal_mask
 
@@ -76,11 +76,10 @@ def main() -> None:
 
     rng = np.random.default_rng(1)
     prompt = rng.integers(0, tc.vocab_size, args.context).tolist()
-    t = time.perf_counter()
-    out = prefill(teacher, prompt)
-    prefill_s = time.perf_counter() - t
-    root = int(np.argmax(out.logits[0, -1]))
-    # Draft features of the right shape (timing depends on shapes only; prefill() keeps the last chunk's aux).
+    first = SpeculativeEngine(teacher).generate(prompt, 1)  # prefill: fills cache rows [0, context)
+    prefill_s = first.ttft_s
+    root = first.tokens[0]
+    # Draft features of the right shape (timing depends on shapes only).
     feats = rng.standard_normal((args.context, 3 * tc.hidden_size)).astype(np.float32)
     proposer.begin(prompt, feats, root)
 

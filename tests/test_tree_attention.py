@@ -15,25 +15,9 @@ from hypothesis import strategies as st
 
 from mindspore_eagle.tree import TreeLayout, choose_bucket, tree_attention_mask
 from mindspore_eagle.tree.mask import causal_mask
+from tests.tree_strategies import tree_layouts
 
 VOCAB, EMBED, HEADS, HEAD_DIM, HIDDEN, LAYERS = 64, 16, 2, 8, 32, 2
-
-
-@st.composite
-def tree_layouts(draw, max_nodes=64, max_depth=12):
-    """Random real trees: uniform parent choice (bushy) or among the newest nodes (deep, up to max_depth)."""
-    n = draw(st.integers(1, max_nodes))
-    deep = draw(st.booleans())
-    parents, depth = [0], [0]
-    for _ in range(1, n):
-        eligible = [j for j in range(len(parents)) if depth[j] < max_depth]
-        if deep:
-            eligible = eligible[-2:]
-        p = eligible[draw(st.integers(0, len(eligible) - 1))]
-        parents.append(p)
-        depth.append(depth[p] + 1)
-    tokens = draw(st.lists(st.integers(0, VOCAB - 1), min_size=n, max_size=n))
-    return TreeLayout.from_parents(tokens, parents)
 
 
 def make_weights(seed=0):
@@ -161,13 +145,13 @@ def test_the_comparison_detects_a_wrong_mask_or_wrong_positions(fault):
 
 
 @settings(max_examples=50, deadline=None)
-@given(tree_layouts(), st.lists(st.integers(0, VOCAB - 1), max_size=8))
+@given(tree_layouts(VOCAB), st.lists(st.integers(0, VOCAB - 1), max_size=8))
 def test_tree_attention_equals_per_branch_attention_on_random_trees(layout, prefix):
     assert_tree_equals_branches(layout, prefix, cache_len=len(prefix) + layout.num_nodes + 4)
 
 
 @settings(max_examples=50, deadline=None)
-@given(tree_layouts(), st.lists(st.integers(0, VOCAB - 1), max_size=8))
+@given(tree_layouts(VOCAB), st.lists(st.integers(0, VOCAB - 1), max_size=8))
 def test_padding_to_a_bucket_does_not_change_any_real_node_output(layout, prefix):
     n = layout.num_nodes
     padded = layout.padded(choose_bucket(n))

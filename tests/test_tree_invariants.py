@@ -9,25 +9,9 @@ from hypothesis import strategies as st
 
 from mindspore_eagle.errors import ConfigError, TreeInvariantError
 from mindspore_eagle.tree import TreeLayout, check_tree, choose_bucket
+from tests.tree_strategies import tree_layouts
 
 VOCAB = 100
-
-
-@st.composite
-def tree_layouts(draw, max_nodes=64, max_depth=12):
-    """Random real trees: uniform parent choice (bushy) or among the newest nodes (deep, up to max_depth)."""
-    n = draw(st.integers(1, max_nodes))
-    deep = draw(st.booleans())
-    parents, depth = [0], [0]
-    for _ in range(1, n):
-        eligible = [j for j in range(len(parents)) if depth[j] < max_depth]
-        if deep:
-            eligible = eligible[-2:]
-        p = eligible[draw(st.integers(0, len(eligible) - 1))]
-        parents.append(p)
-        depth.append(depth[p] + 1)
-    tokens = draw(st.lists(st.integers(0, VOCAB - 1), min_size=n, max_size=n))
-    return TreeLayout.from_parents(tokens, parents)
 
 
 def spec_is_valid(tokens, parents, depth, valid, vocab_size):
@@ -123,7 +107,7 @@ def test_a_vocab_size_below_one_is_a_config_error():
 
 
 @settings(max_examples=60, deadline=None)
-@given(tree_layouts(), st.booleans())
+@given(tree_layouts(VOCAB), st.booleans())
 def test_every_well_formed_tree_passes(layout, pad):
     if pad:
         layout = layout.padded(choose_bucket(layout.num_nodes))
@@ -139,7 +123,7 @@ FIELD_VALUES = {
 
 
 @settings(max_examples=100, deadline=None)
-@given(tree_layouts(max_nodes=24), st.booleans(), st.data())
+@given(tree_layouts(VOCAB, max_nodes=24), st.booleans(), st.data())
 def test_no_single_field_corruption_passes_silently(layout, pad, data):
     if pad:
         layout = layout.padded(choose_bucket(layout.num_nodes))

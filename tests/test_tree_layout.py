@@ -12,25 +12,9 @@ from hypothesis import strategies as st
 
 from mindspore_eagle.errors import ConfigError, TreeInvariantError
 from mindspore_eagle.tree import PAD_SLOT, ROOT, TreeLayout, check_tree, choose_bucket
+from tests.tree_strategies import tree_layouts
 
 VOCAB = 1000
-
-
-@st.composite
-def tree_layouts(draw, max_nodes=64, max_depth=12):
-    """Random real trees: uniform parent choice (bushy) or among the newest nodes (deep, up to max_depth)."""
-    n = draw(st.integers(1, max_nodes))
-    deep = draw(st.booleans())
-    parents, depth = [0], [0]
-    for _ in range(1, n):
-        eligible = [j for j in range(len(parents)) if depth[j] < max_depth]
-        if deep:
-            eligible = eligible[-2:]
-        p = eligible[draw(st.integers(0, len(eligible) - 1))]
-        parents.append(p)
-        depth.append(depth[p] + 1)
-    tokens = draw(st.lists(st.integers(0, VOCAB - 1), min_size=n, max_size=n))
-    return TreeLayout.from_parents(tokens, parents)
 
 
 def naive_path(parents, node):
@@ -162,7 +146,7 @@ def test_path_is_padded_with_the_pad_slot_and_masked_by_length():
 
 
 @settings(max_examples=80, deadline=None)
-@given(tree_layouts(), st.integers(0, 4096), st.integers(0, 40))
+@given(tree_layouts(VOCAB), st.integers(0, 4096), st.integers(0, 40))
 def test_no_index_tensor_is_ever_negative_or_out_of_range(layout, committed_len, extra_rows):
     for lay in (layout, layout.padded(layout.num_nodes + extra_rows)):
         n = lay.num_nodes
@@ -177,7 +161,7 @@ def test_no_index_tensor_is_ever_negative_or_out_of_range(layout, committed_len,
 
 
 @settings(max_examples=60, deadline=None)
-@given(tree_layouts())
+@given(tree_layouts(VOCAB))
 def test_ancestor_rows_and_paths_equal_a_naive_parent_walk(layout):
     table = layout.ancestor_table()
     assert (table[:, 0] == ROOT).all()
@@ -193,7 +177,7 @@ def test_ancestor_rows_and_paths_equal_a_naive_parent_walk(layout):
 
 
 @settings(max_examples=60, deadline=None)
-@given(tree_layouts(), st.sampled_from([8, 16, 32, 64]), st.integers(0, 100))
+@given(tree_layouts(VOCAB), st.sampled_from([8, 16, 32, 64]), st.integers(0, 100))
 def test_padding_keeps_every_real_row_and_appends_inert_rows(layout, bucket_floor, committed_len):
     n = layout.num_nodes
     bucket = max(bucket_floor, choose_bucket(n))

@@ -23,29 +23,13 @@ from mindspore_eagle.tree import (
     tree_visibility,
 )
 from mindspore_eagle.tree.mask import MASK_VALUE, causal_mask
+from tests.tree_strategies import tree_layouts
 
 VOCAB = 1000
 MAX_DEPTH = 12
 CACHE_LEN = 96
 
 ms.set_device("CPU")
-
-
-@st.composite
-def tree_layouts(draw, max_nodes=64, max_depth=MAX_DEPTH):
-    """Random real trees: uniform parent choice (bushy) or among the newest nodes (deep, up to max_depth)."""
-    n = draw(st.integers(1, max_nodes))
-    deep = draw(st.booleans())
-    parents, depth = [0], [0]
-    for _ in range(1, n):
-        eligible = [j for j in range(len(parents)) if depth[j] < max_depth]
-        if deep:
-            eligible = eligible[-2:]
-        p = eligible[draw(st.integers(0, len(eligible) - 1))]
-        parents.append(p)
-        depth.append(depth[p] + 1)
-    tokens = draw(st.lists(st.integers(0, VOCAB - 1), min_size=n, max_size=n))
-    return TreeLayout.from_parents(tokens, parents)
 
 
 def naive_visibility(parents, valid):
@@ -197,7 +181,7 @@ def test_tree_mask_cell_refuses_a_depth_that_cannot_reach_padding_parents():
 
 
 @settings(max_examples=80, deadline=None)
-@given(tree_layouts())
+@given(tree_layouts(VOCAB))
 def test_host_mask_equals_in_graph_mask_equals_naive_walk(graph_tree_mask, layout):
     padded = layout.padded(choose_bucket(layout.num_nodes))
     check_tree(padded, VOCAB, max_depth=MAX_DEPTH)
@@ -207,7 +191,7 @@ def test_host_mask_equals_in_graph_mask_equals_naive_walk(graph_tree_mask, layou
 
 
 @settings(max_examples=80, deadline=None)
-@given(tree_layouts(), st.integers(0, 200))
+@given(tree_layouts(VOCAB), st.integers(0, 200))
 def test_padding_never_changes_a_real_row_and_is_never_seen(layout, committed_len):
     n = layout.num_nodes
     padded = layout.padded(choose_bucket(n))
@@ -223,7 +207,7 @@ def test_padding_never_changes_a_real_row_and_is_never_seen(layout, committed_le
 
 
 @settings(max_examples=40, deadline=None)
-@given(tree_layouts(max_nodes=16), st.data())
+@given(tree_layouts(VOCAB, max_nodes=16), st.data())
 def test_in_graph_full_mask_equals_host_full_mask(graph_attention_mask, layout, data):
     padded = layout.padded(choose_bucket(layout.num_nodes))
     committed_len = data.draw(st.integers(0, CACHE_LEN - padded.num_nodes))
