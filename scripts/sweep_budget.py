@@ -1,0 +1,75 @@
+"""Tree-budget sweep: speedup and tau over a grid of max nodes x depth x top-k, and the sweet spot on this machine.
+
+    .venv/bin/python scripts/sweep_budget.py --out results/sweep_budget [--limit 24 --max-new-tokens 128]
+        [--max-nodes 8,16,32,64 --depths 2,4,6,8 --top-ks 4,8] [--draft HEAD_DIR|oracle] [--model DIR]
+
+Every grid point is one ``mindspore-eagle eval`` configuration run in this process (one teacher, compiled
+once) on the first ``--limit`` turns, its traces in ``OUT/n{nodes}-d{depth}-k{topk}/`` (resumable: rerun the
+same command after an interruption and finished points and turns are skipped). Points whose growth yields
+fewer candidates than the tree needs (``top_k + (depth-1) * top_k**2 < max_nodes - 1``) are skipped.
+Writes ``OUT/sweep_budget.md`` / ``.json`` (one row per point) and ``OUT/sweep_budget.png`` (speedup and tau
+heatmaps, one panel per top-k); prints the sweet spot (the best mean speedup).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import sys
+
+from mindspore_eagle.draft_config import TreeBudget
+from mindspore_eagle.evaluate import evaluate_variant, load_setup
+from mindspore_eagle.report import plot_heatmaps, write_table
+
+COLUMNS = ("max_nodes", "depth", "top_k", "turns", "lossless_turns", "tau", "speedup_mean", "speedup_p50",
+           "speedup_p90", "speedup_p99", "tok_s_greedy", "tok_s_spec")
+
+
+def ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--limit", type=int, default=24, help="turns per grid point (first N by id; default 24)")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--max-nodes", default="8,16,32,64")
+    ap.add_argument("--depths", default="2,4,6,8")
+    ap.add_argument("--top-ks", default="4,8")
+    ap.add_argument("--draft", default=None, help="head directory (default: the shipped head) or 'oracle'")
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--subset", default="all", choices=["all", "mtbench", "humaneval"])
+    ap.add_argument("--eval-set", default=None)
+    ap.add_argument("--max-cache-len", type=int, default=1024)
+    args = ap.parse_args(argv)
+
+    setup = load_setup(args.model, max_cache_len=args.max_cache_len, eval_set=args.eval_set, subset=args.subset)
+    rows = []
+    for n, d, k in itertools.product(ints(args.max_nodes), ints(args.depths), ints(args.top_ks)):
+        budget = TreeBudget(max_nodes=n, depth=d, top_k=k)
+        if budget.num_candidates < n - 1:
+            print(f"skip n={n} d={d} k={k}: growth yields {budget.num_candidates} candidates < {n - 1} drafts")
+            continue
+        out = os.path.join(args.out, f"n{n}-d{d}-k{k}")
+        print(f"== max_nodes={n} depth={d} top_k={k} -> {out}", flush=True)
+        m = evaluate_variant(setup, out, draft=args.draft, budget=budget, max_new_tokens=args.max_new_tokens,
+                             limit=args.limit, log=lambda s: None)
+        rows.append({"max_nodes": n, "depth": d, "top_k": k, **{c: m[c] for c in COLUMNS[3:]}})
+        print("   " + ", ".join(f"{c} {rows[-1][c]}" for c in COLUMNS[3:]), flush=True)
+    if not rows:
+        print("no grid point to run", file=sys.stderr)
+        return 2
+    stem = os.path.join(args.out, "sweep_budget")
+    md, _ = write_table(rows, COLUMNS, stem)
+    png = plot_heatmaps(rows, stem + ".png")
+    best = max(rows, key=lambda r: r["speedup_mean"])
+    print(f"table: {md}; plot: {png or 'skipped (matplotlib not installed)'}")
+    print(f"sweet spot: max_nodes={best['max_nodes']} depth={best['depth']} top_k={best['top_k']} "
+          f"(speedup mean {best['speedup_mean']}, tau {best['tau']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,289 @@
+"""Sharded evaluation on a tiny random teacher: 1, 2 and 4 workers merge to the single-worker result; an
+interrupted run resumes without losing or duplicating a turn; the plain multi-process launcher and msrun give
+the same traces as the in-process API."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import zlib
+
+import pytest
+
+from mindspore_eagle.config import RuntimeConfig
+from mindspore_eagle.draft_config import TreeBudget
+from mindspore_eagle.errors import ConfigError
+from mindspore_eagle.evalset import EvalItem, evalset_digest
+from mindspore_eagle.evaluate import (MERGED_NAME, RunConfig, build_prompt, finished_turns, merge, proposer_factory,
+                                      run_shard, shard_path, strip_eos)
+from mindspore_eagle.oracle import OracleProposer
+from mindspore_eagle.teacher import Teacher
+from mindspore_eagle.trace import read_trace
+from tests.conftest import torch_greedy
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUNTIME = dict(max_cache_len=96, buckets=(1, 8), prefill_chunk=8)  # two graphs: the tests stay fast
+MAX_NEW = 8
+DEPTH = 4
+EOS = (2,)  # the tiny checkpoint's eos_token_id (LlamaConfig default), as the CLI uses it
+ITEMS = [
+    EvalItem("conv-a", "alpha", turns_ids=((3, 17, 42, 5), (9, 9, 1))),
+    EvalItem("conv-b", "beta", turns_ids=((11, 12), (13,))),
+    EvalItem("conv-c", "alpha", turns_ids=((50,),)),
+    EvalItem("conv-d", "beta", turns_ids=((5, 6, 8, 9, 10, 12, 14, 15, 16),)),
+    EvalItem("conv-e", "alpha", turns_ids=((20, 21, 22), (23, 24), (25,))),
+]
+NUM_TURNS = sum(i.num_turns for i in ITEMS)
+
+
+class FlakyOracle(OracleProposer):
+    """The teacher's own future as a chain, corrupted at a level that depends on the position: accepted
+    lengths vary from step to step (0..DEPTH drafts), deterministically."""
+
+    def propose(self, root_token):
+        layout = super().propose(root_token)
+        toks = [int(t) for t in layout.tokens[:layout.num_nodes]]
+        cut = 1 + (self.pos + int(root_token)) % (DEPTH + 1)
+        if cut < len(toks):
+            toks[cut] = (toks[cut] + 1) % self.vocab
+        return type(layout).from_parents(toks, [0] + list(range(len(toks) - 1)))
+
+
+def flaky_factory(teacher):
+    return lambda greedy: FlakyOracle(greedy.tokens, DEPTH, teacher.cfg.vocab_size)
+
+
+@pytest.fixture(scope="module")
+def tiny(hf_tiny):
+    _, ms_dir, torch_model = hf_tiny("pangu")
+    return Teacher.load(ms_dir, RuntimeConfig(**RUNTIME)), ms_dir, torch_model
+
+
+def config(teacher, ms_dir, draft="flaky", **kw):
+    return RunConfig.for_teacher(teacher, **{**dict(model=ms_dir, draft=draft, max_nodes=DEPTH + 1, depth=DEPTH,
+                                                    top_k=1, window=None, commit="auto", max_new_tokens=MAX_NEW,
+                                                    evalset=evalset_digest(ITEMS)), **kw})
+
+
+def run(tiny, out, world=1, factory=None, draft="flaky", **kw):
+    teacher, ms_dir, _ = tiny
+    for rank in range(world):
+        run_shard(teacher, ITEMS, factory or flaky_factory(teacher), config(teacher, ms_dir, draft), str(out), rank,
+                  world,
+                  eos=EOS, log=lambda s: None, **kw)
+    return merge(str(out))
+
+
+def canonical(path):
+    """Everything in a merged trace that does not depend on timing or on which worker ran the turn."""
+    tf = read_trace(path)
+    timing = {"rank", "greedy_s", "spec_s", "greedy_ttft_s", "spec_ttft_s", "greedy_tok_s", "spec_tok_s", "speedup",
+              "spec_teacher_s", "spec_draft_s"}
+    out = []
+    for s in tf.turns:
+        d = {k: v for k, v in vars(s).items() if k not in timing}
+        d["steps"] = [(st.step, st.committed_len, st.tree_nodes, st.bucket, st.depth, st.accepted_len, st.bonus,
+                       st.path, st.tokens, st.commit_mode) for st in tf.steps[s.turn]]
+        out.append(d)
+    return out
+
+
+@pytest.fixture(scope="module")
+def single(tiny, tmp_path_factory):
+    out = tmp_path_factory.mktemp("single")
+    m = run(tiny, out)
+    return m, canonical(m.path)
+
+
+def test_single_worker_runs_every_turn_losslessly_with_varied_acceptance(single):
+    m, turns = single
+    assert m.turns == NUM_TURNS and not m.missing and m.duplicates == 0
+    assert [t["turn"] for t in turns] == sorted(t for i in ITEMS for t in i.turn_ids)
+    assert all(t["lossless"] and t["spec_ids"] is None for t in turns)
+    accepted = {st[5] for t in turns for st in t["steps"]}
+    assert len(accepted) >= 3, accepted  # the flaky oracle makes several acceptance lengths
+    for t in turns:
+        assert t["emitted"] == sum(len(st[8]) for st in t["steps"]) and t["cycles"] == len(t["steps"])
+        assert t["tau"] == pytest.approx(t["emitted"] / t["cycles"], abs=1e-4)
+        assert t["seed"] == zlib.crc32(t["turn"].encode())
+
+
+def test_later_turns_condition_on_the_teachers_greedy_answers(tiny, single):
+    """Turn k's prompt is the earlier turns and greedy answers concatenated; its output is the teacher's greedy
+    continuation, checked against HF transformers (no code shared with the engine)."""
+    _, _, torch_model = tiny
+    by_id = {t["turn"]: t for t in single[1]}
+    item = ITEMS[4]
+    answers = [by_id[t]["output_ids"] for t in item.turn_ids]
+    prompt = build_prompt(item, 2, answers[:2], eos=EOS)
+    assert prompt == [20, 21, 22, *strip_eos(answers[0], EOS), 23, 24, *strip_eos(answers[1], EOS), 25]
+    assert by_id["conv-e-t3"]["prompt_tokens"] == len(prompt)
+    want = torch_greedy(torch_model, prompt, MAX_NEW)
+    got = list(answers[2])
+    assert got == want[:len(got)] and (len(got) == MAX_NEW or got[-1] in EOS)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_merged_shards_equal_the_single_worker_run(tiny, single, tmp_path, world):
+    m = run(tiny, tmp_path, world)
+    assert canonical(m.path) == single[1]
+    ranks = {s.turn: s.rank for s in read_trace(m.path).turns}
+    # sharded by conversation: all turns of one conversation ran on the same worker, conversations round-robin
+    for j, item in enumerate(sorted(ITEMS, key=lambda i: i.id)):
+        assert {ranks[t] for t in item.turn_ids} == {j % world}
+    assert sorted(os.listdir(tmp_path)) == sorted([MERGED_NAME] + [f"shard-{r:03d}.jsonl" for r in range(world)])
+
+
+class Stop(Exception):
+    pass
+
+
+def test_interrupted_run_resumes_without_losing_or_duplicating_turns(tiny, single, tmp_path):
+    teacher, ms_dir, _ = tiny
+    cfg = config(teacher, ms_dir)
+    seen = []
+
+    def interrupt(summary):
+        seen.append(summary.turn)
+        if len(seen) == 3:
+            raise Stop
+
+    with pytest.raises(Stop):
+        run_shard(teacher, ITEMS, flaky_factory(teacher), cfg, str(tmp_path), eos=EOS, log=lambda s: None,
+                  on_turn=interrupt)
+    assert sorted(finished_turns(str(tmp_path))) == sorted(seen)
+    # A kill in the middle of the next write: two of its step lines and half of its summary reach the disk.
+    path = shard_path(str(tmp_path), 0)
+    tf = read_trace(path)
+    last = tf.turns[-1]
+    step = json.dumps({"record": "step", "turn": "conv-zz", **vars(tf.steps[last.turn][0])})
+    with open(path, "a") as f:
+        f.write(step + "\n" + step + "\n" + last.to_json()[:40])
+    tf = read_trace(path)
+    assert tf.torn and tf.orphan_steps == 2 and len(tf.turns) == 3
+    # Resume with a smaller limit first (only what is missing of the first 5 turns), then everything.
+    resumed = run_shard(teacher, ITEMS, flaky_factory(teacher), cfg, str(tmp_path), eos=EOS, log=lambda s: None,
+                        limit=5)
+    assert [s.turn for s in resumed] == [t for t in sorted(finished_turns(str(tmp_path))) if t not in seen]
+    assert len(finished_turns(str(tmp_path))) == 5
+    run_shard(teacher, ITEMS, flaky_factory(teacher), cfg, str(tmp_path), eos=EOS, log=lambda s: None)
+    tf = read_trace(path)
+    assert not tf.torn and tf.orphan_steps == 0 and len(tf.turns) == NUM_TURNS
+    assert len({s.turn for s in tf.turns}) == NUM_TURNS  # nothing ran twice
+    assert len(tf.headers) == 3  # one per session
+    m = merge(str(tmp_path))
+    assert m.duplicates == 0 and not m.missing and canonical(m.path) == single[1]
+    # A fourth session has nothing to do.
+    assert run_shard(teacher, ITEMS, flaky_factory(teacher), cfg, str(tmp_path), eos=EOS, log=lambda s: None) == []
+
+
+def test_resuming_with_other_settings_is_refused(tiny, tmp_path):
+    teacher, ms_dir, _ = tiny
+    run_shard(teacher, ITEMS, flaky_factory(teacher), config(teacher, ms_dir), str(tmp_path), eos=EOS,
+              log=lambda s: None, limit=1)
+    with pytest.raises(ConfigError, match="max_new_tokens"):
+        run_shard(teacher, ITEMS, flaky_factory(teacher), config(teacher, ms_dir, max_new_tokens=4), str(tmp_path),
+                  eos=EOS, log=lambda s: None)
+
+
+# ----- launchers -------------------------------------------------------------------------------------------------
+
+
+def cli_flags(ms_dir, set_path):
+    return ["--model", ms_dir, "--eval-set", set_path, "--draft", "oracle", "--depth", str(DEPTH),
+            "--max-new-tokens", str(MAX_NEW), "--max-cache-len", str(RUNTIME["max_cache_len"]),
+            "--buckets", "1,8", "--prefill-chunk", "8", "--no-plots"]
+
+
+def write_set(path):
+    with open(path, "w") as f:
+        for i in ITEMS:
+            line = {"id": i.id, "category": i.category, "turns_ids": [list(t) for t in i.turns_ids]}
+            f.write(json.dumps(line) + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def oracle_single(tiny, tmp_path_factory):
+    """The in-process reference for the launchers: one worker, the CLI's oracle draft, the CLI's RunConfig."""
+    teacher, ms_dir, _ = tiny
+    out = tmp_path_factory.mktemp("oracle_single")
+    factory, label = proposer_factory("oracle", teacher, TreeBudget(max_nodes=32, depth=DEPTH, top_k=8))
+    m = run(tiny, out, factory=factory, draft=label)
+    return canonical(m.path)
+
+
+def launch(argv, tmp_path, timeout=240, **env_extra):
+    env = {**os.environ, "GLOG_v": "3", "VENV_BIN": os.path.dirname(sys.executable), **env_extra}
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_plain_multiprocess_launcher_equals_the_in_process_run(tiny, oracle_single, tmp_path):
+    _, ms_dir, _ = tiny
+    out = tmp_path / "out"
+    stdout = launch(["bash", os.path.join(ROOT, "scripts", "eval_local.sh"), "2", str(out),
+                     *cli_flags(ms_dir, write_set(tmp_path / "set.jsonl"))], tmp_path)
+    assert f"merged {NUM_TURNS} turns" in stdout
+    assert f"lossless {NUM_TURNS}/{NUM_TURNS}" in stdout
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["turns"] == NUM_TURNS and summary["tau"] > 1
+    assert canonical(str(out / MERGED_NAME)) == oracle_single
+    assert {s.rank for s in read_trace(str(out / MERGED_NAME)).turns} == {0, 1}
+
+
+@pytest.mark.slow
+def test_msrun_launcher_equals_the_in_process_run(tiny, oracle_single, tmp_path):
+    _, ms_dir, _ = tiny
+    if not os.path.exists(os.path.join(os.path.dirname(sys.executable), "msrun")):
+        pytest.skip("msrun is not installed beside this python")
+    out = tmp_path / "out"
+    with socket.socket() as s:  # a free port for msrun's scheduler
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    launch(["bash", os.path.join(ROOT, "scripts", "eval_msrun.sh"), "2", str(out),
+            *cli_flags(ms_dir, write_set(tmp_path / "set.jsonl"))], tmp_path, MASTER_PORT=str(port))
+    assert canonical(str(out / MERGED_NAME)) == oracle_single
+    assert sorted(os.listdir(out / "msrun_logs")) == ["scheduler.log", "worker_0.log", "worker_1.log"]
+
+
+# ----- sweep and ablation scripts ----------------------------------------------------------------------------------
+
+
+def load_script(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "scripts", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_sweep_and_ablation_scripts_write_their_tables_and_plots(tiny, tmp_path, monkeypatch, capsys):
+    from mindspore_eagle.evaluate import Setup
+
+    teacher, ms_dir, _ = tiny
+    setup = Setup(teacher, None, ITEMS, EOS, ms_dir)
+    sweep, ablate = load_script("sweep_budget"), load_script("ablate")
+    monkeypatch.setattr(sweep, "load_setup", lambda *a, **k: setup)
+    monkeypatch.setattr(ablate, "load_setup", lambda *a, **k: setup)
+    common = ["--draft", "oracle", "--limit", "2", "--max-new-tokens", "6"]
+    assert sweep.main(["--out", str(tmp_path / "sw"), "--max-nodes", "3,5", "--depths", "2,4", "--top-ks", "1",
+                       *common]) == 0
+    out = capsys.readouterr().out
+    assert "skip n=5 d=2 k=1" in out and "sweet spot: max_nodes=" in out
+    rows = json.load(open(tmp_path / "sw" / "sweep_budget.json"))
+    assert [(r["max_nodes"], r["depth"]) for r in rows] == [(3, 2), (3, 4), (5, 4)]
+    assert all(r["turns"] == 2 and r["lossless_turns"] == 2 for r in rows)
+    assert rows[2]["tau"] > rows[0]["tau"] > 1  # the oracle accepts every level: deeper trees, longer accepts
+    assert (tmp_path / "sw" / "sweep_budget.md").read_text().startswith("| max_nodes | depth | top_k |")
+    assert ablate.main(["--out", str(tmp_path / "ab"), "--what", "commit", "--depth", "3", *common]) == 0
+    rows = json.load(open(tmp_path / "ab" / "ablate_commit.json"))
+    assert [r["variant"] for r in rows] == ["auto", "length", "path_index"]
+    assert len({r["tau"] for r in rows}) == 1  # the commit mode changes where rows go, never what is accepted
+    if __import__("importlib").util.find_spec("matplotlib"):
+        assert (tmp_path / "sw" / "sweep_budget.png").is_file() and (tmp_path / "ab" / "ablate_commit.png").is_file()
