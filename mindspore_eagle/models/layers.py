@@ -17,6 +17,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 
+from .. import attention
 from ..config import RopeScaling, TeacherConfig
 
 
@@ -108,28 +109,29 @@ class CachedAttention(nn.Cell):
 
     The cache is two ``Parameter`` buffers ``[B, kv_heads, max_len, head_dim]``. A forward first scatters
     the new keys/values into the rows given by ``write_idx`` and then attends over the *whole* buffer; the
-    additive ``mask [B, 1, T, max_len]`` decides which rows each query sees (committed prefix, its own tree
-    ancestors, itself), so stale or speculative rows never leak in.
+    ``mask [B, 1, T, max_len]`` (additive float32, see ``tree.mask``) decides which rows each query sees
+    (committed prefix, its own tree ancestors, itself), so stale or speculative rows never leak in.
 
-    GQA without repeating K/V: the ``rep = heads / kv_heads`` query heads that share a KV head are folded
-    into the row axis, ``q [B, H, T, D] -> [B, Hkv, rep*T, D]``, and one BatchMatMul runs against the cache.
+    The attention itself is the core chosen by ``mindspore_eagle.attention`` (``backend``: "reference",
+    "fused", an ``AttentionChoice``, or None for the current choice): primitives on CPU, the fused op on
+    Ascend. The cache dtype is the core's (float32 for the reference core).
     """
 
-    def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int):
+    def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int, backend=None):
         super().__init__()
         h, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self.num_heads, self.num_kv_heads, self.head_dim, self.rep = h, hkv, d, h // hkv
+        self.num_heads, self.num_kv_heads, self.head_dim = h, hkv, d
         self.q_proj = Linear(cfg.hidden_size, h * d, cfg.qkv_bias)
         self.k_proj = Linear(cfg.hidden_size, hkv * d, cfg.qkv_bias)
         self.v_proj = Linear(cfg.hidden_size, hkv * d, cfg.qkv_bias)
         self.o_proj = Linear(h * d, cfg.hidden_size, cfg.o_bias)
+        choice = attention.resolve(backend)
+        self.core = attention.make_core(h, hkv, d, choice)
+        self.cast_kv = choice.backend != attention.REFERENCE  # the fused core's cache is fp16/bf16
+        self.kv_dtype = attention.cache_dtype(choice)
         shape = (batch_size, hkv, max_len, d)
-        self.k_cache = Parameter(Tensor(np.zeros(shape, np.float32)), name="k_cache", requires_grad=False)
-        self.v_cache = Parameter(Tensor(np.zeros(shape, np.float32)), name="v_cache", requires_grad=False)
-        self.scale = 1.0 / math.sqrt(d)
-        self.qk = ops.BatchMatMul(transpose_b=True)
-        self.pv = ops.BatchMatMul()
-        self.softmax = ops.Softmax(-1)
+        self.k_cache = Parameter(attention.zeros_cache(shape, choice), name="k_cache", requires_grad=False)
+        self.v_cache = Parameter(attention.zeros_cache(shape, choice), name="v_cache", requires_grad=False)
 
     def construct(self, x, cos, sin, mask, write_idx):
         b, t, _ = x.shape
@@ -138,15 +140,13 @@ class CachedAttention(nn.Cell):
         v = self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim).transpose(0, 2, 1, 3)
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
+        if self.cast_kv:
+            k = ops.cast(k, self.kv_dtype)
+            v = ops.cast(v, self.kv_dtype)
         k_all = ops.scatter_nd_update(self.k_cache, write_idx, k)  # [B, Hkv, S, D]
         v_all = ops.scatter_nd_update(self.v_cache, write_idx, v)
-        q = q.reshape(b, self.num_kv_heads, self.rep * t, self.head_dim)  # fold the query group into rows
-        scores = self.qk(q, k_all) * self.scale  # [B, Hkv, rep*T, S]
-        s = scores.shape[-1]
-        scores = scores.reshape(b, self.num_kv_heads, self.rep, t, s) + mask.reshape(b, 1, 1, t, s)
-        probs = self.softmax(scores).reshape(b, self.num_kv_heads, self.rep * t, s)
-        out = self.pv(probs, v_all)  # [B, Hkv, rep*T, D]
-        out = out.reshape(b, self.num_heads, t, self.head_dim).transpose(0, 2, 1, 3).reshape(b, t, -1)
+        out = self.core(q, k_all, v_all, mask)  # [B, H, T, D] float32
+        out = out.transpose(0, 2, 1, 3).reshape(b, t, -1)
         return self.o_proj(out)
 
 
