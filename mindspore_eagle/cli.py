@@ -42,14 +42,17 @@ def _add_spec_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _load_runtime(args: argparse.Namespace):
+    """(teacher, tokenizer) for the requested device, through ``deploy`` (device checks, bucket limits and
+    the attention backend: fused on Ascend, primitives on CPU)."""
+    from . import deploy
     from .assets import require_default_model
     from .config import RuntimeConfig
-    from .teacher import Teacher
     from .tokenizer import load_tokenizer
 
     model_dir = args.model or require_default_model()
     runtime = RuntimeConfig(max_cache_len=args.max_cache_len, exec_mode=args.exec_mode, device=args.device)
-    return Teacher.load(model_dir, runtime), load_tokenizer(model_dir)
+    budget = _budget(args) if hasattr(args, "max_nodes") else None
+    return deploy.load_teacher(model_dir, runtime, budget), load_tokenizer(model_dir)
 
 
 def _commit_mode(args: argparse.Namespace):
@@ -91,7 +94,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     teacher, tok = _load_runtime(args)
     sampling = SamplingParams(args.temperature, args.top_p, args.top_k_sample, args.seed)
     if args.mode == "spec":
-        proposer = load_proposer(args.draft, teacher, _budget(args), args.window)
+        from .attention import use_backend
+
+        choice = teacher.cell.model.layers[0].self_attn.choice
+        with use_backend(choice.backend, choice.compute_dtype):  # the head's attention like the teacher's
+            proposer = load_proposer(args.draft, teacher, _budget(args), args.window)
         engine = SpeculativeEngine(teacher, proposer, _commit_mode(args))
     else:
         engine = SpeculativeEngine(teacher)
@@ -212,6 +219,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_draft(argv: list[str]) -> int:
+    from .train.trainer import train_draft_main
+
+    return train_draft_main(argv)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mindspore-eagle", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -223,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out")
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(fn=cmd_convert)
+    # train-draft has its own parser (mindspore_eagle.train.trainer); main() hands it the arguments.
+    sub.add_parser("train-draft", help="train an EAGLE-3 head for a teacher (see train-draft --help)")
     p = sub.add_parser("generate", help="generate an answer for one prompt")
     p.add_argument("--prompt", required=True)
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -270,6 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train-draft"]:
+        return _train_draft(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)

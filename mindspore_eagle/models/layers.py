@@ -126,6 +126,7 @@ class CachedAttention(nn.Cell):
         self.v_proj = Linear(cfg.hidden_size, hkv * d, cfg.qkv_bias)
         self.o_proj = Linear(h * d, cfg.hidden_size, cfg.o_bias)
         choice = attention.resolve(backend)
+        self.choice = choice  # kept so a draft head can be built with the same backend
         self.core = attention.make_core(h, hkv, d, choice)
         self.cast_kv = choice.backend != attention.REFERENCE  # the fused core's cache is fp16/bf16
         self.kv_dtype = attention.cache_dtype(choice)

@@ -1,0 +1,17 @@
+"""Training an EAGLE-3 draft head for a teacher, in MindSpore.
+
+Pipeline (each step resumable, each a module):
+
+    data.py     offline prompt set -> the teacher's own greedy answers (batched generation) -> fp16 shards of
+                per-token teacher features (aux hidden low|mid|high) and top-k teacher logits
+    vocab.py    draft vocabulary: the N most frequent teacher output tokens -> d2t offsets, t2d mask
+    ttt.py      the training forward and the training-time-test (TTT) objective
+    trainer.py  AdamW + warm-up + clipping, checkpoints, resume, held-out acc_k / simulated tau;
+                ``train_draft_main(argv)`` is the ``train-draft`` command
+    export.py   the head in the public EAGLE-3 format (config.json + model.safetensors), atomically
+
+Terms. *Position* p: index into one training sequence (prompt + teacher answer). *Entry* i: the draft's
+input pair (token at p = i + 1, teacher features at p = i) -- EAGLE's shift, the same as
+``mindspore_eagle.draft.proposer``. *Step* k (0..K-1): the TTT unroll; step 0 reads teacher features, step
+k >= 1 reads the head's own step k-1 output and predicts k positions further ahead.
+"""

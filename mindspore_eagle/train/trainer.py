@@ -1,0 +1,349 @@
+"""Train an EAGLE-3 draft head on teacher data (``train.data``) with the TTT objective (``train.ttt``).
+
+AdamW (``nn.AdamWeightDecay``) with linear warm-up then cosine decay, global-norm gradient clipping, a
+compiled train step (``ms.value_and_grad`` under ``ms.jit``), checkpoints every ``--ckpt-every`` steps and at
+the end (``last.ckpt`` = head + optimizer state, ``best.ckpt`` = the head with the best held-out simulated tau,
+both written atomically), resume from ``last.ckpt``, a progress line, and held-out ``acc_k`` per TTT step plus
+the simulated tau ``1 + sum_k prod_{i<=k} acc_i``.
+
+Static shapes: sequences are grouped by length into a few entry buckets (``T`` in ``--buckets``) with about
+``--tokens-per-batch`` entries per batch, so each bucket compiles one graph. The held-out split is a fixed
+fraction of prompt ids (by hash), so it never changes between runs or on resume.
+
+Entry point: ``train_draft_main(argv)`` (the ``mindspore-eagle train-draft`` command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+from .data import Sequence_, load_sequences
+from .ttt import TTTLoss, pack_batch, simulated_tau
+from .vocab import DraftVocab, build_draft_vocab, count_tokens, coverage
+
+VOCAB_FILE = "draft_vocab.npz"
+STATE_FILE = "state.json"
+
+
+def heldout(pid: str, fraction: float) -> bool:
+    return int(hashlib.sha1(pid.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < fraction
+
+
+def make_batches(seqs: list[Sequence_], buckets: tuple[int, ...], tokens_per_batch: int, rng: np.random.Generator,
+                 shuffle: bool = True) -> list[tuple[int, list[Sequence_]]]:
+    """``(T, sequences)`` batches: each sequence goes to the smallest bucket holding its entries (longer ones are
+    truncated to the largest), ``tokens_per_batch // T`` sequences per batch (last partial batch padded later)."""
+    by_bucket: dict[int, list[Sequence_]] = {b: [] for b in buckets}
+    for s in seqs:
+        n = len(s.tokens) - 1
+        by_bucket[next((b for b in buckets if b >= n), buckets[-1])].append(s)
+    out = []
+    for t, group in by_bucket.items():
+        if shuffle:
+            group = [group[i] for i in rng.permutation(len(group))]
+        per = max(1, tokens_per_batch // t)
+        out += [(t, group[i:i + per]) for i in range(0, len(group), per)]
+    if shuffle:
+        out = [out[i] for i in rng.permutation(len(out))]
+    return out
+
+
+def init_head(cfg, teacher_cell, vocab: DraftVocab, seed: int):
+    """A fresh head: ``fc`` and midlayer projections ~ N(0, 0.02), norms 1, ``norm`` = the teacher's final norm
+    and ``lm_head`` = the teacher's output embedding rows of the draft vocabulary (the head's output space
+    starts as the teacher's). Not a "logit lens" identity on the high tap: entry i's features belong to
+    position i while its target is the token at i + 2, so passing them through would predict the input token."""
+    from mindspore import Tensor
+
+    from ..models.eagle3 import Eagle3DraftHead
+
+    head = Eagle3DraftHead(cfg, batch_size=1, max_len=8)
+    rng = np.random.default_rng(seed)
+    for name, p in head.weight_parameters().items():
+        if name.endswith("layernorm.weight") or name.endswith("norm.weight"):
+            continue
+        if name.endswith(".weight") and len(p.shape) == 2 and name != "lm_head.weight":
+            p.set_data(Tensor(rng.normal(0.0, 0.02, p.shape).astype(np.float32)))
+    tparams = teacher_cell.weight_parameters()
+    table = tparams["model.embed_tokens.weight"].asnumpy()
+    # the teacher's output embedding [V, H]: the tied table, or its own lm_head (stored [H, V] like every Linear)
+    out_emb = tparams["lm_head.weight"].asnumpy().T if "lm_head.weight" in tparams else table
+    lm = out_emb[vocab.target_ids]  # [Vd, H]
+    head.lm_head.weight.set_data(Tensor(np.ascontiguousarray(lm.T).astype(np.float32)))
+    head.norm.weight.set_data(Tensor(tparams["model.norm.weight"].asnumpy().astype(np.float32)))
+    if cfg.has_vocab_map:
+        head.set_vocab_map(vocab.d2t, vocab.t2d)
+    return head, table
+
+
+class WarmupCosine:
+    """Linear warm-up to ``lr`` over ``warmup`` steps, then cosine decay to ``lr * floor`` at ``total``."""
+
+    def __init__(self, lr: float, warmup: int, total: int, floor: float = 0.1):
+        self.lr, self.warmup, self.total, self.floor = lr, max(1, warmup), max(total, warmup + 1), floor
+
+    def __call__(self, step: int, time_frac: float = 0.0) -> float:
+        """``time_frac``: the fraction of a wall-clock budget already spent; the decay follows whichever of
+        steps or time runs out first, so a time-limited run still ends at the low learning rate."""
+        if step < self.warmup:
+            return self.lr * (step + 1) / self.warmup
+        frac = min(1.0, max((step - self.warmup) / (self.total - self.warmup), time_frac))
+        return self.lr * (self.floor + (1 - self.floor) * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def _save_atomic(params: list, path: str) -> None:
+    import mindspore as ms
+
+    tmp = path[:-len(".ckpt")] + ".tmp.ckpt"  # save_checkpoint appends .ckpt to any other name
+    ms.save_checkpoint(params, tmp)
+    os.replace(tmp, path)
+
+
+class Trainer:
+    """Owns the head, the loss cell, the optimizer and the compiled step; ``fit`` runs until a step or time limit."""
+
+    def __init__(self, head, embed_table: np.ndarray, vocab: DraftVocab, steps: int = 7, lr: float = 3e-4,
+                 weight_decay: float = 0.0, clip: float = 0.5, warmup: int = 50, total_steps: int = 2000,
+                 jit: bool = True):
+        import mindspore as ms
+        from mindspore import Tensor, nn, ops
+
+        self.head, self.vocab, self.steps = head, vocab, steps
+        self.loss_cell = TTTLoss(head, embed_table, steps)
+        self.params = [p for p in head.weight_parameters().values() if p.requires_grad]
+        self.schedule = WarmupCosine(lr, warmup, total_steps)
+        self.opt = nn.AdamWeightDecay(self.params, learning_rate=Tensor(np.float32(self.schedule(0))),
+                                      weight_decay=weight_decay, beta2=0.95)
+        grad_fn = ms.value_and_grad(self.loss_cell, None, self.opt.parameters, has_aux=True)
+        opt, clip_norm = self.opt, float(clip)
+
+        def train_step(*inputs):
+            (loss, stats), grads = grad_fn(*inputs)
+            grads = ops.clip_by_global_norm(grads, clip_norm)
+            opt(grads)
+            return loss, stats
+
+        self._train_step = ms.jit(train_step) if jit else train_step
+        self._eval = ms.jit(self.loss_cell) if jit else self.loss_cell
+        self.step = 0
+
+    # ---- one batch ------------------------------------------------------------------------------------
+    def train_batch(self, t: int, seqs: list[Sequence_], prompt_loss: bool = False, time_frac: float = 0.0):
+        from mindspore import Tensor
+
+        self.opt.learning_rate.set_data(Tensor(np.float32(self.schedule(self.step, time_frac))))
+        arrays = pack_batch(seqs, self.vocab, t, self.steps, prompt_loss)
+        loss, (losses, correct, counts) = self._train_step(*[Tensor(a) for a in arrays])
+        self.step += 1
+        return float(loss.asnumpy()), losses.asnumpy(), correct.asnumpy(), counts.asnumpy()
+
+    def evaluate(self, batches) -> dict:
+        """Held-out ``acc_k`` (per TTT step), mean loss and simulated tau."""
+        from mindspore import Tensor
+
+        self.loss_cell.set_train(False)
+        correct = np.zeros(self.steps)
+        counts = np.zeros(self.steps)
+        loss_sum, n = 0.0, 0
+        for t, seqs in batches:
+            arrays = pack_batch(seqs, self.vocab, t, self.steps)
+            loss, (_, c, m) = self._eval(*[Tensor(a) for a in arrays])
+            loss_sum += float(loss.asnumpy())
+            n += 1
+            correct += c.asnumpy()
+            counts += m.asnumpy()
+        self.loss_cell.set_train(True)
+        acc = correct / np.maximum(counts, 1)
+        return {"loss": loss_sum / max(n, 1), "acc": [round(float(a), 4) for a in acc],
+                "tau": round(simulated_tau(acc), 4), "positions": int(counts[0])}
+
+    # ---- checkpoints ------------------------------------------------------------------------------------
+    def save(self, run_dir: str, name: str, with_optimizer: bool = True) -> None:
+        params = list(self.head.weight_parameters().values())
+        if with_optimizer:
+            names = {p.name for p in params}
+            params += [p for p in self.opt.get_parameters() if p.name not in names]
+        _save_atomic([{"name": p.name, "data": p} for p in params], os.path.join(run_dir, name))
+
+    def restore(self, path: str) -> None:
+        import mindspore as ms
+
+        ckpt = ms.load_checkpoint(path)
+        targets = dict(self.head.weight_parameters())
+        targets.update({p.name: p for p in self.opt.get_parameters()})
+        missing = sorted(set(targets) - set(ckpt))
+        if missing:
+            from ..errors import CheckpointError
+            raise CheckpointError(f"{path}: checkpoint lacks {missing[:8]} (not a checkpoint of this run?)")
+        for name, p in targets.items():
+            p.set_data(ckpt[name])
+
+
+def _progress(step: int, total: int, t0: float, loss: float, acc: np.ndarray, extra: str = "") -> None:
+    el = time.time() - t0
+    bar = "#" * int(25 * step / max(total, 1))
+    accs = " ".join(f"{a:.2f}" for a in acc[:4])
+    print(f"\r[{bar:<25}] step {step}/{total} loss {loss:.3f} acc[0:4] {accs} {el / 60:.1f} min {extra}   ",
+          end="", file=sys.stderr, flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="mindspore-eagle train-draft",
+                                 description="Train an EAGLE-3 draft head for a teacher (MindSpore, TTT objective)")
+    ap.add_argument("--teacher", default=None, help="converted teacher directory (default: the default teacher)")
+    ap.add_argument("--out", required=True, help="output head directory (public EAGLE-3 format)")
+    ap.add_argument("--data", default=None, help="training data directory (train.data); generated if missing")
+    ap.add_argument("--run-dir", default=None, help="checkpoints/logs (default: OUT/../.train-run-NAME)")
+    ap.add_argument("--num-prompts", type=int, default=600, help="prompts to generate when --data has none")
+    ap.add_argument("--draft-vocab", type=int, default=6144)
+    ap.add_argument("--ttt-steps", type=int, default=7)
+    ap.add_argument("--epochs", type=float, default=20.0)
+    ap.add_argument("--max-steps", type=int, default=None, help="cap on optimizer steps (sets the LR schedule)")
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--clip", type=float, default=0.5)
+    ap.add_argument("--tokens-per-batch", type=int, default=1024)
+    ap.add_argument("--buckets", default="128,192,256")
+    ap.add_argument("--heldout", type=float, default=0.08)
+    ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--ckpt-every", type=int, default=50)
+    ap.add_argument("--time-limit-min", type=float, default=None)
+    ap.add_argument("--prompt-loss", action="store_true", help="also train on prompt positions")
+    ap.add_argument("--dtype", default="float16", choices=("float16", "float32"), help="exported weight dtype")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--export-only", action="store_true", help="export best.ckpt of --run-dir and stop")
+    return ap
+
+
+def train_draft_main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    os.environ.setdefault("GLOG_v", "3")
+    from ..assets import default_model_dir, home
+    from ..config import RuntimeConfig, TeacherConfig
+    from ..draft_config import DraftConfig
+    from ..teacher import Teacher
+    from .data import generate_dataset
+    from .export import export_head
+
+    teacher_dir = a.teacher or default_model_dir()
+    data_dir = a.data or os.path.join(home(), "train_data", os.path.basename(os.path.normpath(teacher_dir)))
+    run_dir = a.run_dir or os.path.join(os.path.dirname(os.path.abspath(a.out)),
+                                        ".train-run-" + os.path.basename(os.path.normpath(a.out)))
+    os.makedirs(run_dir, exist_ok=True)
+    if not os.path.isfile(os.path.join(data_dir, "manifest.jsonl")):
+        generate_dataset(teacher_dir, data_dir, a.num_prompts)
+    tcfg = TeacherConfig.load(teacher_dir)
+    teacher = Teacher.load(teacher_dir, RuntimeConfig(max_cache_len=64, batch_size=1, buckets=(1,), prefill_chunk=1))
+    seqs = load_sequences(data_dir)
+    train = [s for s in seqs if not heldout(s.pid, a.heldout)]
+    held = [s for s in seqs if heldout(s.pid, a.heldout)]
+
+    vocab_path = os.path.join(run_dir, VOCAB_FILE)
+    if os.path.isfile(vocab_path):
+        vocab = DraftVocab.from_d2t(np.load(vocab_path)["d2t"], tcfg.vocab_size)
+    else:
+        counts = count_tokens([s.tokens[s.prompt_len:] for s in train], tcfg.vocab_size)
+        cand = count_tokens([s.topk_ids for s in train], tcfg.vocab_size)  # the teacher's top-k candidates
+        vocab = build_draft_vocab(counts, min(a.draft_vocab, tcfg.vocab_size), tcfg.eos_token_ids, cand)
+        np.savez(vocab_path, d2t=vocab.d2t)
+    held_counts = count_tokens([s.tokens[s.prompt_len:] for s in held], tcfg.vocab_size)
+    n_tok = sum(len(s.tokens) - s.prompt_len for s in train)
+    print(f"data: {len(train)} train / {len(held)} held-out sequences, {n_tok} answer tokens; draft vocab "
+          f"{vocab.size}, held-out coverage {coverage(held_counts, vocab):.4f}", file=sys.stderr)
+
+    cfg = DraftConfig(hidden_size=tcfg.hidden_size, intermediate_size=tcfg.intermediate_size,
+                      num_heads=tcfg.num_heads, num_kv_heads=tcfg.num_kv_heads, vocab_size=tcfg.vocab_size,
+                      draft_vocab_size=vocab.size, target_hidden_size=tcfg.hidden_size, head_dim=tcfg.head_dim,
+                      rms_norm_eps=tcfg.rms_norm_eps, rope_theta=tcfg.rope_theta, rope_scaling=tcfg.rope_scaling,
+                      max_position_embeddings=tcfg.max_position_embeddings, aux_layer_ids=tcfg.aux_layer_ids)
+    head, table = init_head(cfg, teacher.cell, vocab, a.seed)
+    del teacher
+    buckets = tuple(int(b) for b in a.buckets.split(","))
+    rng = np.random.default_rng(a.seed)
+    per_epoch = len(make_batches(train, buckets, a.tokens_per_batch, rng))
+    total = max(1, int(a.epochs * per_epoch))
+    if a.max_steps:
+        total = min(total, a.max_steps)
+    trainer = Trainer(head, table, vocab, a.ttt_steps, a.lr, clip=a.clip, warmup=a.warmup, total_steps=total)
+    state_path = os.path.join(run_dir, STATE_FILE)
+    state = {"step": 0, "best_tau": -1.0, "history": []}
+    if os.path.isfile(os.path.join(run_dir, "last.ckpt")) and os.path.isfile(state_path):
+        with open(state_path) as f:
+            state = json.load(f)
+        trainer.restore(os.path.join(run_dir, "last.ckpt"))
+        trainer.step = state["step"]
+        print(f"resumed from step {trainer.step}", file=sys.stderr)
+
+    def do_export():
+        from mindspore import load_checkpoint
+
+        best = os.path.join(run_dir, "best.ckpt")
+        if os.path.isfile(best):
+            ck = load_checkpoint(best)
+            weights = {n: ck[n].asnumpy() for n in head.weight_parameters()}
+        else:
+            weights = {n: p.asnumpy() for n, p in head.weight_parameters().items()}
+        export_head(a.out, cfg, weights, vocab.d2t, vocab.t2d, dtype=a.dtype)
+        print(f"exported {a.out} (best held-out: {state.get('best')})", file=sys.stderr)
+
+    if a.export_only:
+        do_export()
+        return 0
+    held_batches = make_batches(held, buckets, a.tokens_per_batch, rng, shuffle=False)
+
+    def checkpoint(evaluate: bool) -> None:
+        if evaluate:
+            ev = trainer.evaluate(held_batches)
+            ev["step"] = trainer.step
+            state["history"].append(ev)
+            print(f"\nheld-out step {trainer.step}: loss {ev['loss']:.4f} acc_k {ev['acc']} tau {ev['tau']}",
+                  file=sys.stderr, flush=True)
+            if ev["tau"] > state["best_tau"]:
+                state["best_tau"], state["best"] = ev["tau"], ev
+                trainer.save(run_dir, "best.ckpt", with_optimizer=False)
+        trainer.save(run_dir, "last.ckpt")
+        state["step"] = trainer.step
+        with open(state_path + ".tmp", "w") as f:
+            json.dump(state, f, indent=1)
+        os.replace(state_path + ".tmp", state_path)
+
+    t0 = time.time()
+    ema_loss, ema_acc = None, np.zeros(a.ttt_steps)
+    epoch = trainer.step // per_epoch
+    skip = trainer.step % per_epoch
+    stop = False
+    while trainer.step < total and not stop:
+        erng = np.random.default_rng(a.seed + 1000 + epoch)  # same order per epoch on resume
+        for t, batch in make_batches(train, buckets, a.tokens_per_batch, erng)[skip:]:
+            frac = (time.time() - t0) / (60 * a.time_limit_min) if a.time_limit_min else 0.0
+            loss, _, c, m = trainer.train_batch(t, batch, a.prompt_loss, frac)
+            acc = c / np.maximum(m, 1)
+            ema_loss = loss if ema_loss is None else 0.95 * ema_loss + 0.05 * loss
+            ema_acc = 0.95 * ema_acc + 0.05 * acc if trainer.step > 1 else acc
+            _progress(trainer.step, total, t0, ema_loss, ema_acc, f"epoch {epoch}")
+            timed_out = a.time_limit_min is not None and time.time() - t0 > 60 * a.time_limit_min
+            if trainer.step % a.eval_every == 0 or trainer.step >= total or timed_out:
+                checkpoint(True)
+            elif trainer.step % a.ckpt_every == 0:
+                checkpoint(False)
+            if trainer.step >= total or timed_out:
+                stop = True
+                break
+        epoch += 1
+        skip = 0
+    if not state["history"] or state["history"][-1]["step"] != trainer.step:
+        checkpoint(True)
+    do_export()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(train_draft_main(sys.argv[1:]))

@@ -1,0 +1,191 @@
+"""Draft-head training on a tiny random teacher: batched data generation, the TTT unroll against a naive
+numpy reference (step k must read step k-1's output, not the teacher features), the draft vocabulary, and a
+few optimizer steps lowering the loss."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mindspore_eagle.train.vocab import DraftVocab, build_draft_vocab, count_tokens
+
+PROMPTS = [[1, 5, 9, 13, 17, 21, 25], [3, 8, 2], [40, 41, 42, 43, 44], [7, 70, 77, 7, 70]]
+NEW = 8
+
+
+@pytest.fixture(scope="module")
+def tiny(hf_tiny):
+    import dataclasses
+    import os
+
+    from mindspore_eagle.checkpoint import CKPT_NAME, load_strict
+    from mindspore_eagle.config import RuntimeConfig, TeacherConfig
+    from mindspore_eagle.teacher import Teacher
+
+    _, ms_dir, _ = hf_tiny("llama")
+    # 4 layers: the default taps (2, 2, 1) repeat a layer; three distinct taps as a real teacher has
+    cfg = dataclasses.replace(TeacherConfig.load(ms_dir), aux_layer_ids=(0, 1, 3))
+    rt = dict(max_cache_len=48, exec_mode="reference", buckets=(1, 8), prefill_chunk=8)
+    out = []
+    for b in (4, 1):
+        t = Teacher(cfg, RuntimeConfig(batch_size=b, **rt))
+        load_strict(t.cell.weight_parameters(), os.path.join(ms_dir, CKPT_NAME))
+        out.append(t)
+    return tuple(out)
+
+
+@pytest.fixture(scope="module")
+def tiny_seqs(tiny):
+    from mindspore_eagle.train.data import Sequence_, generate_batch
+
+    outs = generate_batch(tiny[0], PROMPTS, NEW, eos_ids=(), topk=8)
+    return [Sequence_(f"s{i}", t, len(p), f, ti, tv) for i, (p, (t, f, ti, tv)) in enumerate(zip(PROMPTS, outs))]
+
+
+def test_batched_generation_equals_single_sequence_greedy(tiny, tiny_seqs):
+    """Right-padded prompts of different lengths, B=4: every answer and feature row equals the B=1 run."""
+    from mindspore_eagle.generate import greedy_generate
+    from mindspore_eagle.train.data import generate_batch
+
+    for p, s in list(zip(PROMPTS, tiny_seqs))[:2]:  # the longest and the shortest prompt
+        ref = greedy_generate(tiny[1], p, NEW)
+        assert list(s.tokens[len(p):]) == list(ref.tokens)
+        assert s.features.shape == (len(s.tokens) - 1, 3 * tiny[0].cfg.hidden_size)
+        assert np.array_equal(s.topk_ids[len(p) - 1:, 0], s.tokens[len(p):])  # greedy = top-1
+    (_, f1, _, _), = generate_batch(tiny[1], [PROMPTS[1]], NEW, eos_ids=(), topk=8)
+    np.testing.assert_allclose(tiny_seqs[1].features.astype(np.float32), f1.astype(np.float32), rtol=2e-3, atol=2e-3)
+
+
+def test_draft_vocab_keeps_the_most_frequent_ids_and_a_consistent_map():
+    from mindspore_eagle.draft_config import DraftConfig
+    from mindspore_eagle.models.eagle3 import check_vocab_map
+
+    counts = count_tokens([np.array([5, 5, 5, 9, 9, 2, 7, 7, 7, 7])], 12)
+    v = build_draft_vocab(counts, 4, always=[11])
+    assert list(v.target_ids) == [5, 7, 9, 11]  # 7 (x4), 5 (x3), 9 (x2) + forced EOS 11; ascending
+    assert list(v.d2t) == [5, 6, 7, 8] and list(np.flatnonzero(v.t2d)) == [5, 7, 9, 11]
+    assert v.draft_of[9] == 2 and v.draft_of[2] == -1
+    cfg = DraftConfig(hidden_size=8, intermediate_size=8, num_heads=2, num_kv_heads=1, vocab_size=12,
+                      draft_vocab_size=4)
+    check_vocab_map(cfg, v.d2t, v.t2d, "test")
+    assert np.array_equal(DraftVocab.from_d2t(v.d2t, 12).target_ids, v.target_ids)
+    secondary = np.zeros(12, np.int64)
+    secondary[10] = 3  # unseen ids: the teacher's frequent candidate 10 beats lower ids 0, 1, ...
+    assert list(build_draft_vocab(counts, 5, secondary=secondary).target_ids) == [2, 5, 7, 9, 10]
+
+
+def _head(tiny, seqs, vocab_size=60, seed=0):
+    from mindspore_eagle.draft_config import DraftConfig
+    from mindspore_eagle.train.trainer import init_head
+
+    t = tiny[0]
+    c = t.cfg
+    vocab = build_draft_vocab(count_tokens([s.tokens for s in seqs], c.vocab_size), vocab_size)
+    cfg = DraftConfig(hidden_size=c.hidden_size, intermediate_size=c.intermediate_size, num_heads=c.num_heads,
+                      num_kv_heads=c.num_kv_heads, vocab_size=c.vocab_size, draft_vocab_size=vocab.size,
+                      head_dim=c.head_dim, rms_norm_eps=c.rms_norm_eps, rope_theta=c.rope_theta)
+    head, table = init_head(cfg, t.cell, vocab, seed)
+    return head, table, vocab
+
+
+# ---- numpy reference of the TTT unroll (per entry, keys listed explicitly) ---------------------------------
+def _rms(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, -1, keepdims=True) + eps) * w
+
+
+def _rope(x, pos, inv_freq):
+    ang = pos * inv_freq
+    cos, sin = np.cos(np.concatenate([ang, ang])), np.sin(np.concatenate([ang, ang]))
+    half = x.shape[-1] // 2
+    return x * cos + np.concatenate([-x[..., half:], x[..., :half]], -1) * sin
+
+
+def np_unroll(head, table, ids, feats, steps, recycle=True):
+    """``recycle=False`` is the wrong objective (every step reads fc(teacher features)): used to show the
+    test can tell the two apart."""
+    cfg = head.cfg
+    W = {n: p.asnumpy().astype(np.float64) for n, p in head.weight_parameters().items()}
+    eps, nh, nkv, d = cfg.rms_norm_eps, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    inv_freq = 1.0 / cfg.rope_theta ** (np.arange(0, d, 2) / d)
+    t = feats.shape[0]
+    fc = feats.astype(np.float64) @ W["fc.weight"]
+    hidden = fc
+    K = {}  # (step, entry) -> (k [nkv, d] rotated, v [nkv, d])
+    outs = []
+    for k in range(steps):
+        out = np.zeros_like(hidden)
+        for i in range(t):
+            e = table[ids[i + 1 + k]].astype(np.float64)
+            x = np.concatenate([_rms(e, W["midlayer.input_layernorm.weight"], eps),
+                                _rms(hidden[i], W["midlayer.hidden_norm.weight"], eps)])
+            q = (x @ W["midlayer.self_attn.q_proj.weight"]).reshape(nh, d)
+            kk = (x @ W["midlayer.self_attn.k_proj.weight"]).reshape(nkv, d)
+            vv = (x @ W["midlayer.self_attn.v_proj.weight"]).reshape(nkv, d)
+            q = _rope(q, i + k, inv_freq)
+            K[(k, i)] = (_rope(kk, i + k, inv_freq), vv)
+        for i in range(t):
+            e = table[ids[i + 1 + k]].astype(np.float64)
+            x = np.concatenate([_rms(e, W["midlayer.input_layernorm.weight"], eps),
+                                _rms(hidden[i], W["midlayer.hidden_norm.weight"], eps)])
+            q = _rope((x @ W["midlayer.self_attn.q_proj.weight"]).reshape(nh, d), i + k, inv_freq)
+            visible = [(0, j) for j in range(i + 1)] + [(s, i) for s in range(1, k + 1)]
+            ks = np.stack([K[v][0] for v in visible])  # [n, nkv, d]
+            vs = np.stack([K[v][1] for v in visible])
+            heads = []
+            for h in range(nh):
+                g = h // (nh // nkv)
+                sc = ks[:, g] @ q[h] / np.sqrt(d)
+                pr = np.exp(sc - sc.max())
+                pr /= pr.sum()
+                heads.append(pr @ vs[:, g])
+            hh = hidden[i] + np.concatenate(heads) @ W["midlayer.self_attn.o_proj.weight"]
+            m = _rms(hh, W["midlayer.post_attention_layernorm.weight"], eps)
+            gate = m @ W["midlayer.mlp.gate_proj.weight"]
+            act = gate / (1 + np.exp(-gate)) * (m @ W["midlayer.mlp.up_proj.weight"])
+            out[i] = hh + act @ W["midlayer.mlp.down_proj.weight"]
+        outs.append(out)
+        hidden = out if recycle else fc
+    return outs
+
+
+def test_ttt_step_k_reads_step_k_minus_1_output(tiny, tiny_seqs):
+    """Every step's output equals the reference that feeds step k with step k-1's output; the alternative
+    (feeding the teacher features again) differs, so a forward that ignored its own outputs would fail here."""
+    from mindspore import Tensor
+
+    from mindspore_eagle.train.ttt import TTTLoss, pack_batch
+
+    head, table, vocab = _head(tiny, tiny_seqs, seed=1)
+    rng = np.random.default_rng(0)
+    for name, p in head.weight_parameters().items():  # larger weights than the 0.02 init: steps differ visibly
+        if p.ndim == 2 and name != "lm_head.weight":
+            p.set_data(Tensor(rng.normal(0, 0.3, p.shape).astype(np.float32)))
+    steps, t = 3, 12
+    cell = TTTLoss(head, table, steps)
+    ids, feats = pack_batch(tiny_seqs[:2], vocab, t, steps)[:2]
+    outs = [o.asnumpy() for o in cell.unroll(Tensor(ids), Tensor(feats))]
+    for b in range(2):
+        ref = np_unroll(head, table, ids[b], feats[b], steps)
+        wrong = np_unroll(head, table, ids[b], feats[b], steps, recycle=False)
+        for k in range(steps):
+            np.testing.assert_allclose(outs[k][b], ref[k], rtol=1e-3, atol=1e-3, err_msg=f"step {k}")
+        for k in range(1, steps):
+            assert np.abs(wrong[k] - ref[k]).max() > 100 * 1e-3, "test cannot tell recycling from features"
+
+
+def test_a_few_training_steps_lower_the_loss(tiny, tiny_seqs):
+    from mindspore_eagle.train.trainer import Trainer
+
+    head, table, vocab = _head(tiny, tiny_seqs)
+    tr = Trainer(head, table, vocab, steps=2, lr=3e-3, warmup=1, total_steps=1000, jit=False)
+    losses = [tr.train_batch(16, tiny_seqs)[0] for _ in range(6)]
+    assert losses[-1] < 0.8 * losses[0], losses
+    ev = tr.evaluate([(16, tiny_seqs)])
+    assert len(ev["acc"]) == 2 and 1.0 <= ev["tau"] <= 3.0
+
+
+def test_simulated_tau_is_one_plus_sum_of_prefix_products():
+    from mindspore_eagle.train.ttt import simulated_tau
+
+    assert simulated_tau([0.5, 0.5, 1.0]) == pytest.approx(1 + 0.5 + 0.25 + 0.25)
+    assert simulated_tau([0.0, 1.0]) == 1.0
