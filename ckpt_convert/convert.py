@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from typing import Callable, Mapping
 
 import numpy as np
 
+from mindspore_eagle.atomic import atomic_directory
 from mindspore_eagle.config import TeacherConfig
 from mindspore_eagle.errors import CheckpointError, ConfigError
 from mindspore_eagle.models.pangu import expected_weight_shapes
@@ -89,30 +89,13 @@ def write_model_dir(out_dir: str, cfg: TeacherConfig, tensors: Mapping[str, np.n
     """Write config, checkpoint and extras into a temp dir beside ``out_dir``, then rename it into place."""
     import mindspore as ms
 
-    out_dir = os.path.abspath(out_dir)
-    if os.path.exists(out_dir) and os.listdir(out_dir) and not overwrite:
-        raise CheckpointError(f"{out_dir} already exists and is not empty (pass overwrite=True / --overwrite)")
-    parent = os.path.dirname(out_dir)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".convert-", dir=parent)
-    os.chmod(tmp, 0o755)  # mkdtemp makes 0700; the result is an ordinary directory
-    try:
+    with atomic_directory(out_dir, overwrite, CheckpointError) as tmp:
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
             json.dump(cfg.to_dict(), f, indent=2, sort_keys=True)
         params = [{"name": n, "data": ms.Tensor(np.asarray(a, np.float32))} for n, a in sorted(tensors.items())]
         ms.save_checkpoint(params, os.path.join(tmp, CKPT_NAME))
         if extra is not None:
             extra(tmp)
-        if os.path.exists(out_dir):
-            old = out_dir + ".old-" + os.path.basename(tmp)
-            os.replace(out_dir, old)
-            os.replace(tmp, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def convert_hf(src: str, out_dir: str, overwrite: bool = False, aux_layer_ids: tuple[int, ...] = ()) -> TeacherConfig:

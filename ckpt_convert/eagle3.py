@@ -29,7 +29,7 @@ from mindspore_eagle.models.eagle3 import (D2T_FILE, T2D_FILE, Eagle3DraftHead, 
 
 from .convert import check_tensors, write_model_dir
 from .name_map import HF_STALE_SUFFIXES
-from .readers import safetensors_files
+from .readers import read_safetensors
 
 VOCAB_MAP = ("d2t", "t2d")
 
@@ -48,24 +48,11 @@ def _as_numpy(name: str, arr) -> np.ndarray:
 
 def read_head_tensors(src: str) -> dict[str, np.ndarray]:
     """Every tensor of a head checkpoint directory, by source name (safetensors first, then pytorch_model.bin)."""
-    import mindspore  # noqa: F401  (registers numpy's bfloat16 dtype, needed by safetensors.numpy for bf16)
-    from safetensors.numpy import load_file
-
     has_st = any(os.path.isfile(os.path.join(src, f)) for f in ("model.safetensors", "model.safetensors.index.json"))
     bin_path = os.path.join(src, "pytorch_model.bin")
     if not has_st and os.path.isfile(bin_path):
         return _read_torch_bin(bin_path)
-    tensors: dict[str, np.ndarray] = {}
-    for path in safetensors_files(src):
-        try:
-            part = load_file(path)
-        except Exception as exc:  # safetensors raises its own error types for truncated/corrupt files
-            raise CheckpointError(f"{path}: cannot read safetensors file ({type(exc).__name__}: {exc})") from None
-        dup = sorted(set(part) & set(tensors))
-        if dup:
-            raise CheckpointError(f"{path}: tensors appear in more than one shard: {dup[:10]}")
-        tensors.update({name: _as_numpy(name, arr) for name, arr in part.items()})
-    return tensors
+    return read_safetensors(src, lambda path, name, arr: _as_numpy(name, arr))
 
 
 def _read_torch_bin(path: str) -> dict[str, np.ndarray]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -42,8 +42,16 @@ def safetensors_files(src: str) -> list[str]:
     raise CheckpointError(f"{src}: no model.safetensors or model.safetensors.index.json found")
 
 
-def read_safetensors(src: str) -> dict[str, np.ndarray]:
-    """All tensors of a HF checkpoint as float32 arrays (fp32, fp16 and bf16 sources)."""
+def _float32(path: str, name: str, arr: np.ndarray) -> np.ndarray:
+    if arr.dtype.kind not in "fiu" and str(arr.dtype) != "bfloat16":
+        raise CheckpointError(f"{path}: tensor {name} has unsupported dtype {arr.dtype}")
+    return np.asarray(arr, dtype=np.float32)
+
+
+def read_safetensors(src: str, convert: Callable[[str, str, np.ndarray], np.ndarray] = _float32
+                     ) -> dict[str, np.ndarray]:
+    """All tensors of a HF checkpoint (single file or shards), each passed through ``convert(path, name, arr)``
+    (default: float32 from fp32, fp16 or bf16 sources)."""
     _import_bf16_support()
     from safetensors.numpy import load_file
 
@@ -57,9 +65,7 @@ def read_safetensors(src: str) -> dict[str, np.ndarray]:
         if dup:
             raise CheckpointError(f"{path}: tensors appear in more than one shard: {dup[:10]}")
         for name, arr in part.items():
-            if arr.dtype.kind not in "fiu" and str(arr.dtype) != "bfloat16":
-                raise CheckpointError(f"{path}: tensor {name} has unsupported dtype {arr.dtype}")
-            tensors[name] = np.asarray(arr, dtype=np.float32)
+            tensors[name] = convert(path, name, arr)
     return tensors
 
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-import numpy as np
-
 from .errors import CacheCapacityError, ConfigError
 from .teacher import Teacher
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from typing import Mapping
 
 import numpy as np
 
+from ..atomic import atomic_directory
 from ..draft_config import DraftConfig
 from ..errors import ConfigError
 
@@ -78,29 +77,11 @@ def export_head(out_dir: str, cfg: DraftConfig, weights: Mapping[str, np.ndarray
         tensors["d2t"] = np.asarray(d2t, np.int64)
         tensors["t2d"] = np.asarray(t2d, np.bool_)
     out_dir = os.path.abspath(out_dir)
-    if os.path.exists(out_dir) and os.listdir(out_dir) and not overwrite:
-        raise ConfigError(f"{out_dir} already exists and is not empty")
-    parent = os.path.dirname(out_dir)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".export-", dir=parent)
-    os.chmod(tmp, 0o755)
-    try:
+    with atomic_directory(out_dir, overwrite, ConfigError) as tmp:
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
             json.dump(public_config(cfg, dtype), f, indent=2)
             f.write("\n")
         save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-        for f in os.listdir(tmp):
-            os.chmod(os.path.join(tmp, f), 0o644)
-        if os.path.exists(out_dir):
-            old = out_dir + ".old-" + os.path.basename(tmp)
-            os.replace(out_dir, old)
-            os.replace(tmp, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 
