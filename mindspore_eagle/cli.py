@@ -51,7 +51,7 @@ def _load_runtime(args: argparse.Namespace):
 
     model_dir = args.model or require_default_model()
     runtime = RuntimeConfig(max_cache_len=args.max_cache_len, exec_mode=args.exec_mode, device=args.device)
-    budget = _budget(args) if hasattr(args, "max_nodes") else None
+    budget = _budget(args) if getattr(args, "mode", "spec") == "spec" else None  # bench is always speculative
     return deploy.load_teacher(model_dir, runtime, budget), load_tokenizer(model_dir)
 
 
