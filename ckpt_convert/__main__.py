@@ -18,23 +18,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", help="output model directory (written atomically)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     args = parser.parse_args(argv)
-    if args.kind == "eagle3":
-        try:
-            head = convert_eagle3(args.src, args.out, overwrite=args.overwrite)
-        except EagleError as exc:
-            print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 2
-        print(f"converted EAGLE-3 head {args.src} -> {args.out} (hidden {head.hidden_size}, draft vocab "
-              f"{head.draft_vocab_size} of {head.vocab_size})")
-        return 0
     try:
-        fn = convert_hf if args.kind == "hf" else convert_gguf
-        cfg = fn(args.src, args.out, overwrite=args.overwrite)
+        if args.kind == "eagle3":
+            head = convert_eagle3(args.src, args.out, overwrite=args.overwrite)
+            summary = (f"EAGLE-3 head {args.src} -> {args.out} (hidden {head.hidden_size}, draft vocab "
+                       f"{head.draft_vocab_size} of {head.vocab_size})")
+        else:
+            fn = convert_hf if args.kind == "hf" else convert_gguf
+            cfg = fn(args.src, args.out, overwrite=args.overwrite)
+            summary = (f"{args.src} -> {args.out} ({cfg.architecture}, {cfg.num_layers} layers, "
+                       f"hidden {cfg.hidden_size}, vocab {cfg.vocab_size})")
     except EagleError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    print(f"converted {args.src} -> {args.out} ({cfg.architecture}, {cfg.num_layers} layers, "
-          f"hidden {cfg.hidden_size}, vocab {cfg.vocab_size})")
+    print(f"converted {summary}")
     return 0
 
 
