@@ -37,6 +37,21 @@ def read_config_json(path: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid JSON ({exc})") from None
 
 
+def saved_config(cls: type, d: dict[str, Any], tuple_keys: tuple[str, ...]) -> Any:
+    """Rebuild one of our frozen configs from its saved dict (``format`` key already removed): unknown keys are a
+    ConfigError, ``rope_scaling`` becomes a ``RopeScaling`` and JSON lists in ``tuple_keys`` become tuples."""
+    unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        raise ConfigError(f"{cls.__name__}: unknown keys {unknown}")
+    d = dict(d)
+    if d.get("rope_scaling"):
+        d["rope_scaling"] = RopeScaling(**d["rope_scaling"])
+    for key in tuple_keys:
+        if key in d:
+            d[key] = tuple(d[key])
+    return cls(**d)
+
+
 def _require_positive(obj: Any, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
@@ -228,16 +243,7 @@ class TeacherConfig:
         if d.pop("format", None) != "mindspore_eagle.teacher":
             # A HuggingFace config.json: route it through the HF mapping.
             return cls.from_hf_dict(d)
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ConfigError(f"TeacherConfig: unknown keys {unknown}")
-        if d.get("rope_scaling"):
-            d["rope_scaling"] = RopeScaling(**d["rope_scaling"])
-        for key in ("aux_layer_ids", "eos_token_ids"):
-            if key in d:
-                d[key] = tuple(d[key])
-        return cls(**d)
+        return saved_config(cls, d, tuple_keys=("aux_layer_ids", "eos_token_ids"))
 
     @classmethod
     def load(cls, path: str) -> "TeacherConfig":
@@ -291,4 +297,4 @@ def replace(cfg: Any, **changes: Any) -> Any:
     return dataclasses.replace(cfg, **changes)
 
 
-__all__ = ["TeacherConfig", "RuntimeConfig", "RopeScaling", "read_config_json", "replace"]
+__all__ = ["TeacherConfig", "RuntimeConfig", "RopeScaling", "read_config_json", "replace", "saved_config"]

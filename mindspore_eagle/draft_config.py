@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .config import RopeScaling, TeacherConfig, read_config_json
+from .config import RopeScaling, TeacherConfig, read_config_json, saved_config
 from .errors import ConfigError
 from .tree.layout import DEFAULT_BUCKETS
 
@@ -162,14 +162,7 @@ class DraftConfig:
         d = dict(d)
         if d.pop("format", None) != DRAFT_FORMAT:
             return cls.from_hf_dict(d)
-        unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ConfigError(f"DraftConfig: unknown keys {unknown}")
-        if d.get("rope_scaling"):
-            d["rope_scaling"] = RopeScaling(**d["rope_scaling"])
-        if "aux_layer_ids" in d:
-            d["aux_layer_ids"] = tuple(d["aux_layer_ids"])
-        return cls(**d)
+        return saved_config(cls, d, tuple_keys=("aux_layer_ids",))
 
     @classmethod
     def load(cls, path: str) -> "DraftConfig":
