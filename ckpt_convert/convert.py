@@ -1,7 +1,7 @@
 """Convert HF safetensors and GGUF checkpoints into a mindspore_eagle model directory.
 
-A model directory holds ``config.json`` (our ``TeacherConfig``), ``model.ckpt`` (MindSpore checkpoint,
-Linear weights ``[in, out]``) and the tokenizer files. Conversion is strict and atomic:
+A model directory holds ``config.json`` (our ``TeacherConfig``), ``weights.safetensors`` (Linear
+weights ``[in, out]``) and the tokenizer files. Conversion is strict and atomic:
 
 1. read every source tensor and map its name (tables in ``name_map``);
 2. compare against the names and shapes the config implies; every missing, unexpected or mis-shaped tensor
@@ -20,6 +20,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from mindspore_eagle.atomic import atomic_directory
+from mindspore_eagle.checkpoint import CKPT_NAME, save_tensors
 from mindspore_eagle.config import TeacherConfig
 from mindspore_eagle.errors import CheckpointError, ConfigError
 from mindspore_eagle.models.pangu import expected_weight_shapes
@@ -27,7 +28,6 @@ from mindspore_eagle.models.pangu import expected_weight_shapes
 from .name_map import HF_STALE_SUFFIXES, gguf_name_to_ours, is_linear_weight, unpermute_rope_rows
 from .readers import read_gguf, read_safetensors
 
-CKPT_NAME = "model.ckpt"
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
                       "generation_config.json", "chat_template.jinja")
 
@@ -87,13 +87,11 @@ def gguf_to_ours(tensors: Mapping[str, np.ndarray], cfg: TeacherConfig) -> dict[
 def write_model_dir(out_dir: str, cfg: TeacherConfig, tensors: Mapping[str, np.ndarray],
                     extra: Callable[[str], None] | None = None, overwrite: bool = False) -> None:
     """Write config, checkpoint and extras into a temp dir beside ``out_dir``, then rename it into place."""
-    import mindspore as ms
-
     with atomic_directory(out_dir, overwrite, CheckpointError) as tmp:
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
             json.dump(cfg.to_dict(), f, indent=2, sort_keys=True)
-        params = [{"name": n, "data": ms.Tensor(np.asarray(a, np.float32))} for n, a in sorted(tensors.items())]
-        ms.save_checkpoint(params, os.path.join(tmp, CKPT_NAME))
+        save_tensors({n: np.asarray(a, np.float32) for n, a in sorted(tensors.items())},
+                     os.path.join(tmp, CKPT_NAME), metadata={"format": "mindspore_eagle", "layout": "in_out"})
         if extra is not None:
             extra(tmp)
 

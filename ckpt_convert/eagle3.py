@@ -3,7 +3,7 @@
 Source: a directory with the trainer's ``config.json`` and ``model.safetensors`` (single or sharded), or
 ``pytorch_model.bin`` when torch is installed. Tensor names are the public ones (``fc.weight``,
 ``midlayer.*``, ``norm.weight``, ``lm_head.weight``, ``d2t``, ``t2d``; see ``mindspore_eagle.models.eagle3``),
-HF orientation ``[out, in]``. Output: ``config.json`` (our ``DraftConfig``), ``model.ckpt`` (Linear weights
+HF orientation ``[out, in]``. Output: ``config.json`` (our ``DraftConfig``), ``weights.safetensors`` (Linear weights
 ``[in, out]``) and, for a reduced draft vocabulary, ``d2t.npy`` (int64) / ``t2d.npy`` (bool).
 
 Same strictness as the teacher converter: every missing, unexpected or mis-shaped tensor is listed in one

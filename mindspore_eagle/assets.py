@@ -17,6 +17,7 @@ import sys
 import tempfile
 import zipfile
 
+from .checkpoint import CKPT_NAME
 from .errors import AssetError
 
 DEFAULT_MODEL_NAME = "smollm2-135m-instruct"
@@ -84,7 +85,7 @@ def fetch_default_gguf(allow_download: bool = True) -> str:
 def install_default_model(allow_download: bool = True) -> str:
     """Fetch (if needed), verify and convert the default teacher once; return its model directory."""
     out = default_model_dir()
-    if os.path.isfile(os.path.join(out, "model.ckpt")):
+    if os.path.isfile(os.path.join(out, CKPT_NAME)):
         return out
     from ckpt_convert import convert_gguf
 
@@ -95,6 +96,6 @@ def install_default_model(allow_download: bool = True) -> str:
 def require_default_model() -> str:
     """The converted default model directory; AssetError (no download) when it is not installed."""
     out = default_model_dir()
-    if not os.path.isfile(os.path.join(out, "model.ckpt")):
+    if not os.path.isfile(os.path.join(out, CKPT_NAME)):
         raise AssetError(f"default model not installed at {out}; run `mindspore-eagle setup` (or `make demo`) once")
     return out

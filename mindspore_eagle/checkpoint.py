@@ -1,34 +1,99 @@
-"""Strict loading of converted model directories into Cells.
+"""Weights on disk: one safetensors file per model, head or training run, read and written strictly.
 
-``ms.load_param_into_net`` silently skips what does not match; here every missing, unexpected or
-mis-shaped tensor is reported in one ``CheckpointError`` before any weight is assigned.
+Why safetensors and not MindSpore's ``.ckpt``: a ``.ckpt`` is a single protobuf message that
+``ms.load_checkpoint`` must read whole, and MindSpore 2.10 refuses to start when the file is larger than the
+machine's *free* memory (page cache not counted) -- a 0.5 GB teacher then fails to load on a busy machine that
+has gigabytes available. A safetensors file is read one tensor at a time from a memory map, needs no more
+memory than the tensor being assigned, and is the format other stacks read.
+
+``ms.load_param_into_net`` silently skips what does not match; ``load_strict`` reports every missing,
+unexpected or mis-shaped tensor in one ``CheckpointError`` before any weight is assigned.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Iterable, Mapping
+
+import numpy as np
 
 from .errors import CheckpointError
 
-CKPT_NAME = "model.ckpt"
+# Not "model.safetensors": our Linear weights are stored [in, out] (HF stores [out, in]), so a directory of ours
+# must not look like a HF or public EAGLE-3 checkpoint to other tools -- or to ``load_head``, which tells the
+# two head formats apart by this file name.
+CKPT_NAME = "weights.safetensors"
+LEGACY_CKPT_NAME = "model.ckpt"
+
+
+def save_tensors(tensors: Mapping[str, np.ndarray], path: str, metadata: Mapping[str, str] | None = None) -> None:
+    """Write ``tensors`` to ``path`` atomically (temporary sibling, then rename): never a half-written file."""
+    from safetensors.numpy import save_file
+
+    tmp = path + ".tmp"
+    try:
+        save_file({n: np.ascontiguousarray(a) for n, a in tensors.items()}, tmp,
+                  metadata=dict(metadata) if metadata else None)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def _open(path: str):
+    from safetensors import safe_open
+
+    if not os.path.isfile(path):
+        legacy = os.path.join(os.path.dirname(path), LEGACY_CKPT_NAME)
+        hint = (f" (found {LEGACY_CKPT_NAME}, written by an older version: convert the model again)"
+                if os.path.isfile(legacy) else "")
+        raise CheckpointError(f"{path}: checkpoint file not found{hint}")
+    try:
+        return safe_open(path, framework="numpy")
+    except Exception as exc:  # safetensors raises its own error types for truncated or foreign files
+        raise CheckpointError(f"{path}: cannot read safetensors file ({type(exc).__name__}: {exc})") from None
+
+
+def tensor_shapes(path: str) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every tensor in ``path``, read from the header only."""
+    with _open(path) as f:
+        return {n: tuple(f.get_slice(n).get_shape()) for n in f.keys()}
+
+
+def load_tensors(path: str, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+    """Tensors of ``path`` (all, or ``names``) as numpy arrays."""
+    with _open(path) as f:
+        wanted = list(f.keys()) if names is None else list(names)
+        try:
+            return {n: f.get_tensor(n) for n in wanted}
+        except Exception as exc:
+            raise CheckpointError(f"{path}: cannot read tensor ({type(exc).__name__}: {exc})") from None
 
 
 def load_strict(params: dict, ckpt_path: str) -> None:
-    """Assign the tensors of ``ckpt_path`` to ``params`` (name -> Parameter), all or nothing."""
-    import mindspore as ms
+    """Assign the tensors of ``ckpt_path`` to ``params`` (name -> Parameter), all or nothing.
 
-    if not os.path.isfile(ckpt_path):
-        raise CheckpointError(f"{ckpt_path}: checkpoint file not found")
-    try:
-        loaded = ms.load_checkpoint(ckpt_path)
-    except Exception as exc:  # MindSpore raises ValueError/RuntimeError for truncated or foreign files
-        raise CheckpointError(f"{ckpt_path}: cannot read MindSpore checkpoint ({type(exc).__name__}: {exc})") from None
-    missing = sorted(set(params) - set(loaded))
-    unexpected = sorted(set(loaded) - set(params))
-    misshaped = sorted(f"{n}: got {tuple(loaded[n].shape)}, expected {tuple(params[n].shape)}"
-                       for n in set(params) & set(loaded) if tuple(loaded[n].shape) != tuple(params[n].shape))
+    Names and shapes are checked from the header before any weight is read; tensors are then read and
+    assigned one at a time, so peak extra memory is one tensor.
+    """
+    from mindspore import Tensor
+
+    shapes = tensor_shapes(ckpt_path)
+    missing = sorted(set(params) - set(shapes))
+    unexpected = sorted(set(shapes) - set(params))
+    misshaped = sorted(f"{n}: got {shapes[n]}, expected {tuple(params[n].shape)}"
+                       for n in set(params) & set(shapes) if shapes[n] != tuple(params[n].shape))
     if missing or unexpected or misshaped:
         raise CheckpointError(f"{ckpt_path}: does not match the model; missing {missing}; unexpected {unexpected}; "
                               f"mis-shaped {misshaped}")
-    for name, p in params.items():
-        p.set_data(loaded[name].astype(p.dtype))
+    with _open(ckpt_path) as f:
+        for name, p in params.items():
+            try:
+                arr = f.get_tensor(name)
+            except Exception as exc:
+                raise CheckpointError(f"{ckpt_path}: cannot read tensor {name} "
+                                      f"({type(exc).__name__}: {exc})") from None
+            if arr.dtype.kind != "f":
+                raise CheckpointError(f"{ckpt_path}: tensor {name} has non-float dtype {arr.dtype}")
+            p.set_data(Tensor(np.asarray(arr, dtype=np.float32)).astype(p.dtype))

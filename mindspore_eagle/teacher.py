@@ -62,7 +62,7 @@ class Teacher:
 
     @classmethod
     def load(cls, model_dir: str, runtime: RuntimeConfig | None = None) -> "Teacher":
-        """Load a converted model directory (``config.json`` + ``model.ckpt``), strictly."""
+        """Load a converted model directory (``config.json`` + ``weights.safetensors``), strictly."""
         runtime = runtime or RuntimeConfig()
         cfg = TeacherConfig.load(model_dir)
         teacher = cls(cfg, runtime)

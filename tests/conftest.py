@@ -107,7 +107,7 @@ def default_model_or_skip() -> str:
     from mindspore_eagle.assets import default_model_dir
 
     d = default_model_dir()
-    if not os.path.isfile(os.path.join(d, "model.ckpt")):
+    if not os.path.isfile(os.path.join(d, "weights.safetensors")):
         if os.environ.get("MSE_REQUIRE_DEFAULT_MODEL") == "1":
             pytest.fail(f"default model missing at {d}; `make test` should have installed it")
         pytest.skip(f"default model not installed at {d} (run `mindspore-eagle setup`)")

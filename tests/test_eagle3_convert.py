@@ -174,13 +174,13 @@ def test_existing_output_is_kept_and_cli_reports_errors(tmp_path, capsys):
     write_public_head(str(tmp_path / "src"), MAPPED, seed=9)
     out = tmp_path / "out"
     assert cli_main(["eagle3", str(tmp_path / "src"), str(out)]) == 0
-    before = (out / "model.ckpt").read_bytes()
+    before = (out / "weights.safetensors").read_bytes()
     t = public_tensors(MAPPED, seed=9)
     del t["norm.weight"]
     write_public_head(str(tmp_path / "bad"), MAPPED, tensors=t)
     assert cli_main(["eagle3", str(tmp_path / "bad"), str(out), "--overwrite"]) == 2
     assert "CheckpointError" in capsys.readouterr().err
-    assert (out / "model.ckpt").read_bytes() == before
+    assert (out / "weights.safetensors").read_bytes() == before
     with pytest.raises(CheckpointError, match="already exists"):
         convert_eagle3(str(tmp_path / "src"), str(out))
 

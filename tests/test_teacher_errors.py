@@ -71,6 +71,32 @@ def test_loading_a_checkpoint_that_does_not_match_the_config_names_the_tensors(t
     json.dump(cfg, open(bad / "config.json", "w"))
     with pytest.raises(CheckpointError, match="mlp.up_proj.weight: got \\(64, 96\\), expected \\(64, 80\\)"):
         Teacher.load(str(bad), RT)
-    os.remove(bad / "model.ckpt")
+    os.remove(bad / "weights.safetensors")
     with pytest.raises(CheckpointError, match="not found"):
+        Teacher.load(str(bad), RT)
+
+
+def test_weights_load_one_tensor_at_a_time_without_mindspore_ckpt_reader(tiny, tmp_path, monkeypatch):
+    """MindSpore's ``load_checkpoint`` refuses files larger than the machine's free memory; our loader never
+    calls it. A truncated weights file is a CheckpointError naming the file, and an old ``model.ckpt``
+    directory says to convert again."""
+    import mindspore as ms
+
+    from mindspore_eagle.checkpoint import CKPT_NAME
+
+    _, _, ms_dir = tiny
+
+    def refuse(*a, **k):
+        raise AssertionError("ms.load_checkpoint must not be used")
+
+    monkeypatch.setattr(ms, "load_checkpoint", refuse)
+    Teacher.load(ms_dir, RT)
+    bad = tmp_path / "bad"
+    shutil.copytree(ms_dir, bad)
+    data = (bad / CKPT_NAME).read_bytes()
+    (bad / CKPT_NAME).write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match=CKPT_NAME):
+        Teacher.load(str(bad), RT)
+    os.replace(bad / CKPT_NAME, bad / "model.ckpt")
+    with pytest.raises(CheckpointError, match="convert the model again"):
         Teacher.load(str(bad), RT)

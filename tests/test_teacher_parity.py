@@ -86,7 +86,7 @@ def test_aux_taps_are_the_inputs_of_the_configured_layers_in_order(hf_tiny):
     teacher = Teacher(cfg, RuntimeConfig(exec_mode="reference", **RUNTIME))
     from mindspore_eagle.checkpoint import load_strict
 
-    load_strict(teacher.cell.weight_parameters(), ms_dir + "/model.ckpt")
+    load_strict(teacher.cell.weight_parameters(), ms_dir + "/weights.safetensors")
     prompt = [4, 8, 15, 16, 23, 42]
     pos = np.arange(6)[None]
     aux = teacher.forward(np.array([prompt]), pos, pos, causal_mask(0, 6, teacher.max_len), 8).aux_hidden[0]

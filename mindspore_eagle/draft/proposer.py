@@ -245,7 +245,7 @@ def default_head_dir() -> str:
 
 
 def load_head(path: str, max_len: int) -> Eagle3DraftHead:
-    """A head directory in our converted format (``model.ckpt``) or the public one (converted in memory)."""
+    """A head directory in our converted format (``weights.safetensors``) or the public one (converted in memory)."""
     if not os.path.isdir(path):
         raise AssetError(f"draft head directory {path} does not exist")
     if os.path.isfile(os.path.join(path, CKPT_NAME)):

@@ -150,7 +150,7 @@ class Eagle3DraftHead(nn.Cell):
 
     @classmethod
     def load(cls, model_dir: str, batch_size: int = 1, max_len: int = 1024) -> "Eagle3DraftHead":
-        """Load a converted head directory (``config.json``, ``model.ckpt``, ``d2t.npy``/``t2d.npy``), strictly."""
+        """Load a converted head directory (``config.json``, ``weights.safetensors``, ``d2t.npy``/``t2d.npy``), strictly."""
         cfg = DraftConfig.load(model_dir)
         head = cls(cfg, batch_size, max_len)
         load_strict(head.weight_parameters(), os.path.join(model_dir, CKPT_NAME))

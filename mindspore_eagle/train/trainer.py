@@ -2,8 +2,8 @@
 
 AdamW (``nn.AdamWeightDecay``) with linear warm-up then cosine decay, global-norm gradient clipping, a
 compiled train step (``ms.value_and_grad`` under ``ms.jit``), checkpoints every ``--ckpt-every`` steps and at
-the end (``last.ckpt`` = head + optimizer state, ``best.ckpt`` = the head with the best held-out simulated tau,
-both written atomically), resume from ``last.ckpt``, a progress line, and held-out ``acc_k`` per TTT step plus
+the end (``last.safetensors`` = head + optimizer state, ``best.safetensors`` = the head with the best held-out simulated tau,
+both written atomically), resume from ``last.safetensors``, a progress line, and held-out ``acc_k`` per TTT step plus
 the simulated tau ``1 + sum_k prod_{i<=k} acc_i``.
 
 Static shapes: sequences are grouped by length into a few entry buckets (``T`` in ``--buckets``) with about
@@ -25,12 +25,16 @@ import time
 
 import numpy as np
 
+from ..checkpoint import load_tensors, save_tensors, tensor_shapes
+from ..errors import CheckpointError
 from .data import Sequence_, load_sequences
 from .ttt import TTTLoss, pack_batch, simulated_tau
 from .vocab import DraftVocab, build_draft_vocab, count_tokens, coverage
 
 VOCAB_FILE = "draft_vocab.npz"
 STATE_FILE = "state.json"
+LAST_FILE = "last.safetensors"  # head + optimizer state, for resuming
+BEST_FILE = "best.safetensors"  # the head with the best held-out simulated tau, for export
 
 
 def heldout(pid: str, fraction: float) -> bool:
@@ -99,14 +103,6 @@ class WarmupCosine:
         return self.lr * (self.floor + (1 - self.floor) * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
-def _save_atomic(params: list, path: str) -> None:
-    import mindspore as ms
-
-    tmp = path[:-len(".ckpt")] + ".tmp.ckpt"  # save_checkpoint appends .ckpt to any other name
-    ms.save_checkpoint(params, tmp)
-    os.replace(tmp, path)
-
-
 class Trainer:
     """Owns the head, the loss cell, the optimizer and the compiled step; ``fit`` runs until a step or time limit."""
 
@@ -125,7 +121,12 @@ class Trainer:
         grad_fn = ms.value_and_grad(self.loss_cell, None, self.opt.parameters, has_aux=True)
         opt, clip_norm = self.opt, float(clip)
 
-        def train_step(*inputs):
+        lr_param = self.opt.learning_rate
+
+        def train_step(lr, *inputs):
+            # The learning rate enters as an input and is assigned inside the step: ``Parameter.set_data`` from
+            # the host after the graph was compiled is not seen by it (the graph keeps the first value).
+            ops.assign(lr_param, lr)
             (loss, stats), grads = grad_fn(*inputs)
             grads = ops.clip_by_global_norm(grads, clip_norm)
             opt(grads)
@@ -139,9 +140,9 @@ class Trainer:
     def train_batch(self, t: int, seqs: list[Sequence_], prompt_loss: bool = False, time_frac: float = 0.0):
         from mindspore import Tensor
 
-        self.opt.learning_rate.set_data(Tensor(np.float32(self.schedule(self.step, time_frac))))
+        lr = Tensor(np.float32(self.schedule(self.step, time_frac)))
         arrays = pack_batch(seqs, self.vocab, t, self.steps, prompt_loss)
-        loss, (losses, correct, counts) = self._train_step(*[Tensor(a) for a in arrays])
+        loss, (losses, correct, counts) = self._train_step(lr, *[Tensor(a) for a in arrays])
         self.step += 1
         return float(loss.asnumpy()), losses.asnumpy(), correct.asnumpy(), counts.asnumpy()
 
@@ -171,20 +172,21 @@ class Trainer:
         if with_optimizer:
             names = {p.name for p in params}
             params += [p for p in self.opt.get_parameters() if p.name not in names]
-        _save_atomic([{"name": p.name, "data": p} for p in params], os.path.join(run_dir, name))
+        save_tensors({p.name: p.asnumpy() for p in params}, os.path.join(run_dir, name))
 
     def restore(self, path: str) -> None:
-        import mindspore as ms
+        from mindspore import Tensor
 
-        ckpt = ms.load_checkpoint(path)
         targets = dict(self.head.weight_parameters())
         targets.update({p.name: p for p in self.opt.get_parameters()})
-        missing = sorted(set(targets) - set(ckpt))
+        missing = sorted(set(targets) - set(tensor_shapes(path)))
         if missing:
-            from ..errors import CheckpointError
             raise CheckpointError(f"{path}: checkpoint lacks {missing[:8]} (not a checkpoint of this run?)")
-        for name, p in targets.items():
-            p.set_data(ckpt[name])
+        for name, arr in load_tensors(path, targets).items():
+            p = targets[name]
+            if arr.size != int(np.prod(p.shape)):
+                raise CheckpointError(f"{path}: {name} has shape {arr.shape}, expected {tuple(p.shape)}")
+            p.set_data(Tensor(arr.reshape(p.shape)).astype(p.dtype))  # 0-d scalars come back as [1]
 
 
 def _progress(step: int, total: int, t0: float, loss: float, acc: np.ndarray, extra: str = "") -> None:
@@ -219,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--prompt-loss", action="store_true", help="also train on prompt positions")
     ap.add_argument("--dtype", default="float16", choices=("float16", "float32"), help="exported weight dtype")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--export-only", action="store_true", help="export best.ckpt of --run-dir and stop")
+    ap.add_argument("--export-only", action="store_true", help="export the best head of --run-dir and stop")
     return ap
 
 
@@ -275,20 +277,17 @@ def train_draft_main(argv: list[str] | None = None) -> int:
     trainer = Trainer(head, table, vocab, a.ttt_steps, a.lr, clip=a.clip, warmup=a.warmup, total_steps=total)
     state_path = os.path.join(run_dir, STATE_FILE)
     state = {"step": 0, "best_tau": -1.0, "history": []}
-    if os.path.isfile(os.path.join(run_dir, "last.ckpt")) and os.path.isfile(state_path):
+    if os.path.isfile(os.path.join(run_dir, LAST_FILE)) and os.path.isfile(state_path):
         with open(state_path) as f:
             state = json.load(f)
-        trainer.restore(os.path.join(run_dir, "last.ckpt"))
+        trainer.restore(os.path.join(run_dir, LAST_FILE))
         trainer.step = state["step"]
         print(f"resumed from step {trainer.step}", file=sys.stderr)
 
     def do_export():
-        from mindspore import load_checkpoint
-
-        best = os.path.join(run_dir, "best.ckpt")
+        best = os.path.join(run_dir, BEST_FILE)
         if os.path.isfile(best):
-            ck = load_checkpoint(best)
-            weights = {n: ck[n].asnumpy() for n in head.weight_parameters()}
+            weights = load_tensors(best, head.weight_parameters())
         else:
             weights = {n: p.asnumpy() for n, p in head.weight_parameters().items()}
         export_head(a.out, cfg, weights, vocab.d2t, vocab.t2d, dtype=a.dtype)
@@ -308,8 +307,8 @@ def train_draft_main(argv: list[str] | None = None) -> int:
                   file=sys.stderr, flush=True)
             if ev["tau"] > state["best_tau"]:
                 state["best_tau"], state["best"] = ev["tau"], ev
-                trainer.save(run_dir, "best.ckpt", with_optimizer=False)
-        trainer.save(run_dir, "last.ckpt")
+                trainer.save(run_dir, BEST_FILE, with_optimizer=False)
+        trainer.save(run_dir, LAST_FILE)
         state["step"] = trainer.step
         with open(state_path + ".tmp", "w") as f:
             json.dump(state, f, indent=1)
