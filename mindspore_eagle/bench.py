@@ -29,10 +29,30 @@ DEFAULT_PROMPTS = (
 )
 
 
+EVALSET_PREFIX = "evalset:"
+
+
+def evalset_prompts(n: int) -> list[str]:
+    """First-turn prompts of ``n`` conversations spread evenly over the evaluation set (sorted by id, so both
+    HumanEval and MT-Bench are drawn): the same text the evaluation's turn 1 sends through the chat template."""
+    from .evalset import load_evalset
+
+    items = load_evalset()
+    if not 1 <= n <= len(items):
+        raise ConfigError(f"{EVALSET_PREFIX}{n}: expected 1..{len(items)} prompts")
+    return [items[i * len(items) // n].turns[0] for i in range(n)]
+
+
 def load_prompts(path: str | None) -> list[str]:
-    """Prompts from a JSONL file (one ``{"prompt": "..."}`` per line) or the built-in set."""
+    """Prompts from a JSONL file (one ``{"prompt": "..."}`` per line), ``evalset:N`` (N first turns of the
+    evaluation set) or the built-in set."""
     if path is None:
         return list(DEFAULT_PROMPTS)
+    if path.startswith(EVALSET_PREFIX):
+        count = path[len(EVALSET_PREFIX):]
+        if not count.isdigit():
+            raise ConfigError(f"--prompts {path}: expected {EVALSET_PREFIX}N with N a number")
+        return evalset_prompts(int(count))
     prompts = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):

@@ -254,7 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_spec_flags(p)
     p.set_defaults(fn=cmd_generate)
     p = sub.add_parser("bench", help="greedy vs speculative on the same prompts, side by side")
-    p.add_argument("--prompts", default=None, help='JSONL file, one {"prompt": "..."} per line (default: built-in)')
+    p.add_argument("--prompts", default=None, help='JSONL file, one {"prompt": "..."} per line; evalset:N for N first turns '
+                   'spread over the evaluation set (MT-Bench + HumanEval); default: 8 built-in prompts')
     p.add_argument("--max-new-tokens", type=int, default=128)
     _add_runtime_flags(p)
     _add_spec_flags(p)

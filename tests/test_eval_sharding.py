@@ -164,3 +164,15 @@ def test_custom_sets_load_sorted_and_name_the_bad_line(tmp_path):
     p.write_text('{"id": "a", "turns": ["hi"]}\n{"id": "a", "turns": ["ho"]}\n')
     with pytest.raises(ConfigError, match="duplicate"):
         load_custom(str(p))
+
+
+def test_bench_can_draw_its_prompts_from_both_halves_of_the_evaluation_set():
+    from mindspore_eagle.bench import load_prompts
+
+    items = installed_evalset()
+    prompts = load_prompts("evalset:4")
+    assert prompts == [items[0].turns[0], items[40].turns[0], items[80].turns[0], items[120].turns[0]]
+    assert items[40].id.startswith("humaneval-") and items[120].id.startswith("mtbench-")
+    for bad in ("evalset:0", "evalset:161", "evalset:x"):
+        with pytest.raises(ConfigError, match="evalset:"):
+            load_prompts(bad)

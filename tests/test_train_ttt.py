@@ -14,24 +14,28 @@ NEW = 8
 
 
 @pytest.fixture(scope="module")
-def tiny(hf_tiny):
-    import dataclasses
-    import os
-
-    from mindspore_eagle.checkpoint import CKPT_NAME, load_strict
-    from mindspore_eagle.config import RuntimeConfig, TeacherConfig
-    from mindspore_eagle.teacher import Teacher
+def tiny_dir(hf_tiny, tmp_path_factory):
+    """The tiny Llama teacher's directory, with three distinct taps (0, 1, 3) as a real teacher has (its 4
+    layers would otherwise give the default taps (2, 2, 1), which repeat a layer)."""
+    import json
+    import shutil
 
     _, ms_dir, _ = hf_tiny("llama")
-    # 4 layers: the default taps (2, 2, 1) repeat a layer; three distinct taps as a real teacher has
-    cfg = dataclasses.replace(TeacherConfig.load(ms_dir), aux_layer_ids=(0, 1, 3))
+    out = tmp_path_factory.mktemp("tiny") / "teacher"
+    shutil.copytree(ms_dir, out)
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["aux_layer_ids"] = [0, 1, 3]
+    (out / "config.json").write_text(json.dumps(cfg))
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_dir):
+    from mindspore_eagle.config import RuntimeConfig
+    from mindspore_eagle.teacher import Teacher
+
     rt = dict(max_cache_len=48, exec_mode="reference", buckets=(1, 8), prefill_chunk=8)
-    out = []
-    for b in (4, 1):
-        t = Teacher(cfg, RuntimeConfig(batch_size=b, **rt))
-        load_strict(t.cell.weight_parameters(), os.path.join(ms_dir, CKPT_NAME))
-        out.append(t)
-    return tuple(out)
+    return tuple(Teacher.load(tiny_dir, RuntimeConfig(batch_size=b, **rt)) for b in (4, 1))
 
 
 @pytest.fixture(scope="module")
@@ -229,3 +233,40 @@ def test_learning_rate_schedule_reaches_the_compiled_step(tiny, tiny_seqs, jit):
     assert change(3e-3) > 1e-3  # Adam moves every touched weight by about lr
     assert change(0.0) == 0.0
     assert change(3e-2) > 1e-2
+
+
+def test_train_draft_cli_trains_exports_and_resumes(tiny, tiny_dir, tmp_path, capsys):
+    """``mindspore-eagle train-draft`` end to end on a tiny teacher: trains to --max-steps, exports a head the
+    converter loads, and a second call with a larger budget resumes from the checkpoint (same step count,
+    training time carried over) instead of starting again."""
+    import json
+    import os
+
+    from ckpt_convert.eagle3 import convert_eagle3
+    from mindspore_eagle import cli
+    from mindspore_eagle.train.data import MANIFEST, Sequence_, generate_batch, write_shard
+
+    rng = np.random.default_rng(7)
+    prompts = [list(rng.integers(1, 90, size=int(rng.integers(3, 8)))) for _ in range(24)]
+    outs = [o for k in range(0, len(prompts), 4) for o in generate_batch(tiny[0], prompts[k:k + 4], NEW, (), 8)]
+    seqs = [Sequence_(f"p{i}", t, len(p), f, ti, tv) for i, (p, (t, f, ti, tv)) in enumerate(zip(prompts, outs))]
+    data = tmp_path / "data"
+    data.mkdir()
+    names = [os.path.basename(write_shard(str(data), k, seqs[k * 12:(k + 1) * 12])) for k in range(2)]
+    (data / MANIFEST).write_text("".join(json.dumps({"shard": n, "ids": [s.pid for s in seqs[k * 12:(k + 1) * 12]]})
+                                         + "\n" for k, n in enumerate(names)))
+    args = ["train-draft", "--teacher", tiny_dir, "--data", str(data), "--out", str(tmp_path / "head"),
+            "--run-dir", str(tmp_path / "run"), "--draft-vocab", "40", "--ttt-steps", "2", "--buckets", "16",
+            "--tokens-per-batch", "64", "--heldout", "0.25", "--eval-every", "2", "--ckpt-every", "1",
+            "--dtype", "float32"]
+    assert cli.main(args + ["--max-steps", "3"]) == 0
+    state = json.loads((tmp_path / "run" / "state.json").read_text())
+    assert state["step"] == 3 and state["train_seconds"] > 0 and state["history"][-1]["step"] == 3
+    assert sorted(os.listdir(tmp_path / "head")) == ["config.json", "model.safetensors"]
+    cfg = convert_eagle3(str(tmp_path / "head"), str(tmp_path / "ours"))
+    assert cfg.draft_vocab_size == 40 and cfg.hidden_size == tiny[0].cfg.hidden_size
+    capsys.readouterr()
+    assert cli.main(args + ["--max-steps", "5"]) == 0
+    assert "resumed from step 3" in capsys.readouterr().err
+    state2 = json.loads((tmp_path / "run" / "state.json").read_text())
+    assert state2["step"] == 5 and state2["train_seconds"] >= state["train_seconds"]

@@ -232,6 +232,8 @@ def generate_batch(teacher, prompts: Sequence[Sequence[int]], max_new_tokens: in
     """
     B, rt, eos = teacher.runtime.batch_size, teacher.runtime, set(int(e) for e in eos_ids)
     n = len(prompts)
+    if not 1 <= n <= B:
+        raise ValueError(f"generate_batch: {n} prompts for a teacher of batch_size {B} (pass 1..{B})")
     plist = [list(map(int, p)) for p in prompts] + [[0]] * (B - n)
     lens = np.array([len(p) for p in plist])
     pmax = int(lens.max())
@@ -315,12 +317,18 @@ def load_sequences(data_dir: str) -> list[Sequence_]:
     """Every finished sequence of a data directory (only shards listed in the manifest)."""
     out = []
     for rec in read_manifest(data_dir):
-        z = np.load(os.path.join(data_dir, rec["shard"]))
+        # Each ``z[key]`` decompresses the whole array again, and a slice keeps its whole base alive: read
+        # every array once per shard and copy each sequence's rows out (else memory grows ~16x per shard).
+        with np.load(os.path.join(data_dir, rec["shard"])) as z:
+            arrays = {k: z[k] for k in ("ids", "lengths", "prompt_lens", "tokens", "features", "topk_ids",
+                                        "topk_logits")}
         t_off = f_off = 0
-        for pid, n, p in zip(z["ids"], z["lengths"], z["prompt_lens"]):
+        for pid, n, p in zip(arrays["ids"], arrays["lengths"], arrays["prompt_lens"]):
             n, p = int(n), int(p)
-            out.append(Sequence_(str(pid), z["tokens"][t_off:t_off + n], p, z["features"][f_off:f_off + n - 1],
-                                 z["topk_ids"][f_off:f_off + n - 1], z["topk_logits"][f_off:f_off + n - 1]))
+            rows = slice(f_off, f_off + n - 1)
+            out.append(Sequence_(str(pid), arrays["tokens"][t_off:t_off + n].copy(), p,
+                                 arrays["features"][rows].copy(), arrays["topk_ids"][rows].copy(),
+                                 arrays["topk_logits"][rows].copy()))
             t_off += n
             f_off += n - 1
     return out

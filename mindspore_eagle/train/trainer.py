@@ -217,7 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--heldout", type=float, default=0.08)
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--ckpt-every", type=int, default=50)
-    ap.add_argument("--time-limit-min", type=float, default=None)
+    ap.add_argument("--time-limit-min", type=float, default=None,
+                    help="training-time budget of the run, resumes included (the LR decays over it)")
     ap.add_argument("--prompt-loss", action="store_true", help="also train on prompt positions")
     ap.add_argument("--dtype", default="float16", choices=("float16", "float32"), help="exported weight dtype")
     ap.add_argument("--seed", type=int, default=0)
@@ -310,11 +311,12 @@ def train_draft_main(argv: list[str] | None = None) -> int:
                 trainer.save(run_dir, BEST_FILE, with_optimizer=False)
         trainer.save(run_dir, LAST_FILE)
         state["step"] = trainer.step
+        state["train_seconds"] = round(time.time() - t0, 1)
         with open(state_path + ".tmp", "w") as f:
             json.dump(state, f, indent=1)
         os.replace(state_path + ".tmp", state_path)
 
-    t0 = time.time()
+    t0 = time.time() - state.get("train_seconds", 0.0)  # the time budget and LR decay continue across resumes
     ema_loss, ema_acc = None, np.zeros(a.ttt_steps)
     epoch = trainer.step // per_epoch
     skip = trainer.step % per_epoch
