@@ -53,18 +53,33 @@ def load_prompts(path: str | None) -> list[str]:
         if not count.isdigit():
             raise ConfigError(f"--prompts {path}: expected {EVALSET_PREFIX}N with N a number")
         return evalset_prompts(int(count))
-    prompts = []
+    return [item["prompt"] for item in read_prompt_file(path)]
+
+
+def read_prompt_file(path: str, allow_ids: bool = False) -> list[dict]:
+    """One JSON object per non-empty line, in file order: ``{"prompt": "..."}`` or, with ``allow_ids``, also
+    ``{"prompt_ids": [int, ...]}`` (pre-tokenized). Each item gets ``"id"`` = its index. Shared by ``bench`` and
+    ``scripts/multi_generate.py``; a bad line is a ConfigError naming ``path:line``."""
+    expected = ('{"prompt": "..."} or {"prompt_ids": [...]}' if allow_ids
+                else 'a JSON object with a "prompt" key')
+    items: list[dict] = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                prompts.append(str(json.loads(line)["prompt"]))
-            except (ValueError, KeyError, TypeError):
-                raise ConfigError(f"{path}:{n}: expected a JSON object with a \"prompt\" key") from None
-    if not prompts:
+                obj = json.loads(line)
+            except ValueError:
+                raise ConfigError(f"{path}:{n}: not a JSON object") from None
+            if allow_ids and isinstance(obj, dict) and isinstance(obj.get("prompt_ids"), list):
+                items.append({"id": len(items), "prompt_ids": [int(t) for t in obj["prompt_ids"]]})
+            elif isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
+                items.append({"id": len(items), "prompt": obj["prompt"]})
+            else:
+                raise ConfigError(f"{path}:{n}: expected {expected}")
+    if not items:
         raise ConfigError(f"{path}: no prompts")
-    return prompts
+    return items
 
 
 @dataclass(frozen=True)
@@ -164,5 +179,5 @@ class _LazyProposer:
 
 PerRequestProposer = _LazyProposer  # public name, used by ``evaluate``
 
-__all__ = ["DEFAULT_PROMPTS", "PerRequestProposer", "PromptResult", "load_prompts", "run_bench", "summarize",
+__all__ = ["DEFAULT_PROMPTS", "PerRequestProposer", "PromptResult", "load_prompts", "read_prompt_file", "run_bench", "summarize",
            "percentile", "speedup_stats"]

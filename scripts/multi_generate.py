@@ -70,29 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def load_prompt_items(path: str | None) -> list[dict]:
     """``[{"id": i, "prompt": str} | {"id": i, "prompt_ids": [int]}]`` in file order."""
-    from mindspore_eagle.bench import DEFAULT_PROMPTS
-    from mindspore_eagle.errors import ConfigError
+    from mindspore_eagle.bench import DEFAULT_PROMPTS, read_prompt_file
 
     if path is None:
         return [{"id": i, "prompt": p} for i, p in enumerate(DEFAULT_PROMPTS)]
-    items = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                raise ConfigError(f"{path}:{n}: not a JSON object") from None
-            if isinstance(obj, dict) and isinstance(obj.get("prompt_ids"), list):
-                items.append({"id": len(items), "prompt_ids": [int(t) for t in obj["prompt_ids"]]})
-            elif isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
-                items.append({"id": len(items), "prompt": obj["prompt"]})
-            else:
-                raise ConfigError(f'{path}:{n}: expected {{"prompt": "..."}} or {{"prompt_ids": [...]}}')
-    if not items:
-        raise ConfigError(f"{path}: no prompts")
-    return items
+    return read_prompt_file(path, allow_ids=True)
 
 
 def shard(items: list, rank: int, world: int) -> list:
