@@ -200,7 +200,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     make_proposer, config = prepare_run(setup, args.draft, _budget(args), args.window, args.commit,
                                         args.max_new_tokens)
     run_shard(setup.teacher, setup.items, make_proposer, config, args.out, rank, world, tokenizer=setup.tokenizer,
-              eos=setup.eos, limit=args.limit)
+              eos=setup.eos, limit=args.limit, spread=args.spread)
     if world == 1:
         return _merge_and_report(args.out, not args.no_plots)
     print(f"[rank {rank}/{world}] shard done; after every worker: mindspore-eagle eval --merge --out {args.out}")
@@ -264,6 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="trace directory: shard-RRR.jsonl per worker, merged.jsonl, plots/")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--limit", type=int, default=None, help="run only the first N turns (sorted by id)")
+    p.add_argument("--spread", action="store_true",
+                   help="with --limit N: the first turns of N conversations spread evenly over the set instead")
     p.add_argument("--subset", choices=["all", "mtbench", "humaneval"], default="all")
     p.add_argument("--eval-set", default=None,
                    help="custom JSONL set instead of MT-Bench + HumanEval (see mindspore_eagle/evalset.py)")

@@ -108,11 +108,21 @@ def shard(items: Sequence[EvalItem], rank: int, world: int) -> list[EvalItem]:
     return [ordered[j] for j in range(rank, len(ordered), world)]
 
 
-def select_turns(items: Sequence[EvalItem], limit: int | None = None) -> list[str]:
-    """Turn ids to run, in order: conversations sorted by id, turns in order; the first ``limit`` of them."""
+def select_turns(items: Sequence[EvalItem], limit: int | None = None, spread: bool = False) -> list[str]:
+    """Turn ids to run, in order: conversations sorted by id, turns in order; the first ``limit`` of them.
+
+    ``spread`` picks a sample for sweeps instead: the *first* turn of ``limit`` conversations evenly spaced over
+    the sorted set (conversation ``i * n // limit``), so a small budget still draws from both HumanEval and every
+    MT-Bench category; the first ``limit`` ids would all be HumanEval prompts."""
     if limit is not None and limit < 1:
         raise ConfigError(f"limit={limit}: must be >= 1")
-    ids = [t for item in sorted(items, key=lambda i: i.id) for t in item.turn_ids]
+    ordered = sorted(items, key=lambda i: i.id)
+    if spread:
+        if limit is None or limit > len(ordered):
+            raise ConfigError(f"spread sample of {limit} turns: needs a limit between 1 and the {len(ordered)} "
+                              "conversations of the set")
+        return [ordered[i * len(ordered) // limit].turn_ids[0] for i in range(limit)]
+    ids = [t for item in ordered for t in item.turn_ids]
     return ids if limit is None else ids[:limit]
 
 
@@ -218,7 +228,7 @@ def _append(f, text: str) -> None:
 
 def run_shard(teacher, items: Sequence[EvalItem], make_proposer: Callable, config: RunConfig, out_dir: str,
               rank: int = 0, world: int = 1, *, tokenizer=None, eos: Sequence[int] = (), limit: int | None = None,
-              log: Callable[[str], None] = print, on_turn: Callable[[TurnSummary], None] | None = None
+              spread: bool = False, log: Callable[[str], None] = print, on_turn: Callable[[TurnSummary], None] | None = None
               ) -> list[TurnSummary]:
     """Run this worker's unfinished turns, appending each to ``shard_path(out_dir, rank)``; return the
     summaries written in this session. ``on_turn`` is called after each turn is on disk."""
@@ -234,7 +244,7 @@ def run_shard(teacher, items: Sequence[EvalItem], make_proposer: Callable, confi
     if repaired is not None and (repaired.torn or repaired.orphan_steps):
         log(f"[rank {rank}] {path}: dropped an interrupted turn ({repaired.orphan_steps} step lines"
             f"{', a torn line' if repaired.torn else ''})")
-    selected = select_turns(items, limit)
+    selected = select_turns(items, limit, spread)
     chosen = set(selected)
     mine = shard(items, rank, world)
     todo = [t for item in mine for t in item.turn_ids if t in chosen and t not in done]
@@ -404,8 +414,8 @@ def prepare_run(setup: Setup, draft: str | None, budget, window: int | None, com
 
 
 def evaluate_variant(setup: Setup, out_dir: str, *, draft: str | None, budget, window: int | None = None,
-                     commit: str = "auto", max_new_tokens: int = 256, limit: int | None = None, teacher=None,
-                     log: Callable[[str], None] = print) -> dict:
+                     commit: str = "auto", max_new_tokens: int = 256, limit: int | None = None, spread: bool = False,
+                     teacher=None, log: Callable[[str], None] = print) -> dict:
     """One configuration end to end (run or resume in ``out_dir``, merge, metrics): the building block of the
     sweep and ablation scripts. ``teacher`` overrides ``setup.teacher`` (e.g. one in another exec mode)."""
     from .report import load, metrics
@@ -413,7 +423,7 @@ def evaluate_variant(setup: Setup, out_dir: str, *, draft: str | None, budget, w
     teacher = teacher or setup.teacher
     make_proposer, config = prepare_run(setup, draft, budget, window, commit, max_new_tokens, teacher)
     run_shard(teacher, setup.items, make_proposer, config, out_dir, tokenizer=setup.tokenizer, eos=setup.eos,
-              limit=limit, log=log)
+              limit=limit, spread=spread, log=log)
     loaded = load([merge(out_dir).path])
     return metrics(loaded.turns, loaded.steps)
 

@@ -33,7 +33,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--what", default="window,exec,commit", help="comma list of: window, exec, commit")
-    ap.add_argument("--limit", type=int, default=24, help="turns per variant (first N by id; default 24)")
+    ap.add_argument("--limit", type=int, default=24, help="turns per variant (default 24)")
+    ap.add_argument("--sample", choices=["spread", "first"], default="spread",
+                    help="spread: first turns of LIMIT conversations spread over the set (default); "
+                         "first: the first LIMIT turns by id")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--windows", default="16,32,64,128")
     ap.add_argument("--exec-limit", type=int, default=4)
@@ -54,7 +57,7 @@ def main(argv=None) -> int:
 
     setup = load_setup(args.model, max_cache_len=args.max_cache_len, eval_set=args.eval_set, subset=args.subset)
     budget = TreeBudget(max_nodes=args.max_nodes, depth=args.depth, top_k=args.top_k)
-    common = dict(draft=args.draft, budget=budget, log=lambda s: None)
+    common = dict(draft=args.draft, budget=budget, spread=args.sample == "spread", log=lambda s: None)
     for ablation in what:
         variants = []  # (label, evaluate_variant keyword arguments)
         if ablation == "window":

@@ -4,7 +4,7 @@
         [--max-nodes 8,16,32,64 --depths 2,4,6,8 --top-ks 4,8] [--draft HEAD_DIR|oracle] [--model DIR]
 
 Every grid point is one ``mindspore-eagle eval`` configuration run in this process (one teacher, compiled
-once) on the first ``--limit`` turns, its traces in ``OUT/n{nodes}-d{depth}-k{topk}/`` (resumable: rerun the
+once) on ``--limit`` turns (by default the first turns of conversations spread over the set), its traces in ``OUT/n{nodes}-d{depth}-k{topk}/`` (resumable: rerun the
 same command after an interruption and finished points and turns are skipped). Points whose growth yields
 fewer candidates than the tree needs (``top_k + (depth-1) * top_k**2 < max_nodes - 1``) are skipped.
 Writes ``OUT/sweep_budget.md`` / ``.json`` (one row per point) and ``OUT/sweep_budget.png`` (speedup and tau
@@ -33,7 +33,10 @@ def ints(text: str) -> list[int]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--limit", type=int, default=24, help="turns per grid point (first N by id; default 24)")
+    ap.add_argument("--limit", type=int, default=24, help="turns per grid point (default 24)")
+    ap.add_argument("--sample", choices=["spread", "first"], default="spread",
+                    help="spread: first turns of LIMIT conversations spread over the set (default); "
+                         "first: the first LIMIT turns by id")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--max-nodes", default="8,16,32,64")
     ap.add_argument("--depths", default="2,4,6,8")
@@ -55,7 +58,7 @@ def main(argv=None) -> int:
         out = os.path.join(args.out, f"n{n}-d{d}-k{k}")
         print(f"== max_nodes={n} depth={d} top_k={k} -> {out}", flush=True)
         m = evaluate_variant(setup, out, draft=args.draft, budget=budget, max_new_tokens=args.max_new_tokens,
-                             limit=args.limit, log=lambda s: None)
+                             limit=args.limit, spread=args.sample == "spread", log=lambda s: None)
         rows.append({"max_nodes": n, "depth": d, "top_k": k, **{c: m[c] for c in COLUMNS[3:]}})
         print("   " + ", ".join(f"{c} {rows[-1][c]}" for c in COLUMNS[3:]), flush=True)
     if not rows:

@@ -189,6 +189,14 @@ def test_resuming_with_other_settings_is_refused(tiny, tmp_path):
                   eos=EOS, log=lambda s: None)
 
 
+def test_spread_sample_runs_only_first_turns_of_spaced_conversations(tiny, tmp_path):
+    teacher, ms_dir, _ = tiny
+    run_shard(teacher, ITEMS, flaky_factory(teacher), config(teacher, ms_dir), str(tmp_path), eos=EOS,
+              log=lambda s: None, limit=2, spread=True)
+    # conversations 0 and 5 // 2 = 2 of the five sorted ones: conv-a and conv-c; conv-a's second turn is not run
+    assert sorted(finished_turns(str(tmp_path))) == ["conv-a-t1", "conv-c"]
+
+
 # ----- launchers -------------------------------------------------------------------------------------------------
 
 

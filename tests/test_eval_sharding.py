@@ -125,6 +125,16 @@ def test_limit_takes_the_first_turns_in_sorted_order():
         select_turns(items, 0)
 
 
+def test_spread_sample_takes_first_turns_of_evenly_spaced_conversations():
+    items = [EvalItem(f"c{j}", "x", (f"q{j}a", f"q{j}b")) for j in range(10)]
+    # conversation i * 10 // 4 for i in 0..3 -> c0, c2, c5, c7; only their first turns
+    assert select_turns(items, 4, spread=True) == ["c0-t1", "c2-t1", "c5-t1", "c7-t1"]
+    assert select_turns(items, 10, spread=True) == [f"c{j}-t1" for j in range(10)]
+    for bad in (None, 11):
+        with pytest.raises(ConfigError, match="spread"):
+            select_turns(items, bad, spread=True)
+
+
 class FakeTokenizer:
     """Records the conversation it is asked to template; ids are character codes."""
 
