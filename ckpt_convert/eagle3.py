@@ -126,12 +126,15 @@ def convert_eagle3(src: str, out_dir: str, overwrite: bool = False) -> DraftConf
     return cfg
 
 
-def load_public_head(src: str, batch_size: int = 1, max_len: int = 1024) -> Eagle3DraftHead:
-    """Build a head straight from a public directory (in memory, same checks as ``convert_eagle3``)."""
+def load_public_head(src: str, batch_size: int = 1, max_len: int = 1024, attention=None) -> Eagle3DraftHead:
+    """Build a head straight from a public directory (in memory, same checks as ``convert_eagle3``); ``attention``:
+    the ``AttentionChoice`` of its attention core (default: primitives)."""
     from mindspore import Tensor
 
+    from mindspore_eagle.attention import AttentionChoice
+
     cfg, tensors, d2t, t2d = read_checked_head(src)
-    head = Eagle3DraftHead(cfg, batch_size, max_len)
+    head = Eagle3DraftHead(cfg, batch_size, max_len, attention or AttentionChoice())
     for name, param in head.weight_parameters().items():  # names and shapes were checked against these
         param.set_data(Tensor(np.asarray(tensors[name], np.float32)))
     if cfg.has_vocab_map:

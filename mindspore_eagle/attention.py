@@ -43,13 +43,14 @@ Where the mask conversion happens: in the graph. ``Teacher.forward`` ships the a
 convention every host builder in ``tree.mask`` produces); the fused core turns it into the uint8 form with
 ``fused_mask`` (``1`` where the additive value is negative) -- the in-graph twin of
 ``tree.mask.ascend_uint8_from_bool(additive == 0)``, tested equal to ``tree.mask.ascend_tree_mask``. A caller
-that already ships the uint8/bool form (``TreeAttentionMaskCell(ascend=True)``) passes straight through:
-the mask dtype is a compile-time constant, so the choice costs nothing at run time.
+that already ships the uint8/bool form passes straight through: the mask dtype is a compile-time constant, so the
+choice costs nothing at run time.
 
-Cores are chosen when a ``CachedAttention`` is *built*: pass ``backend=`` explicitly, or build the model
-inside ``use_backend(...)`` (what ``deploy.load_teacher`` does); otherwise the MindSpore device target decides
-(Ascend -> fused, else reference). Not verifiable here (no NPU): the op's numerics, its speed, and that
-the two branches (T == 1 and T > 1) round identically, which greedy-vs-speculative equality on Ascend needs.
+Cores are chosen when a ``CachedAttention`` is *built*, from the ``AttentionChoice`` it is given: the one
+builder (``mindspore_eagle.build``) gets it from ``deploy.prepare`` and passes the same choice to the teacher and
+to the draft head; nothing is read from ambient state. Not verifiable here (no NPU): the op's numerics, its
+speed, and that the two branches (T == 1 and T > 1) round identically, which greedy-vs-speculative equality on
+Ascend needs.
 A report to check first on hardware: vllm-ascend issue #15503 (torch_npu, paged KV with ``block_table``) found
 the T == 1 branch ignoring a ``[1, 1, 1, S]`` bool mask past KV position 512; our decode mask has exactly that
 shape for B == 1 (no paging here, so it may not apply).
@@ -57,16 +58,15 @@ shape for B == 1 (no paging here, so it may not apply).
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable
 
 import mindspore as ms
 import numpy as np
 from mindspore import Tensor, nn, ops
 
+from .config import ExecMode
 from .errors import ConfigError
 
 REFERENCE = "reference"
@@ -75,13 +75,11 @@ BACKENDS = (REFERENCE, FUSED)
 COMPUTE_DTYPES = {"float16": ms.float16, "bfloat16": ms.bfloat16}
 
 
-def select_backend(device: str, exec_mode: str) -> str:
+def select_backend(device: str, exec_mode: ExecMode) -> str:
     """The attention backend for a runtime: fused only on Ascend in performance (graph) mode."""
     if device not in ("CPU", "Ascend"):
         raise ConfigError(f"device={device!r}: expected 'CPU' or 'Ascend'")
-    if exec_mode not in ("performance", "reference"):
-        raise ConfigError(f"exec_mode={exec_mode!r}: expected 'performance' or 'reference'")
-    return FUSED if device == "Ascend" and exec_mode == "performance" else REFERENCE
+    return FUSED if device == "Ascend" and ExecMode.parse(exec_mode) is ExecMode.PERFORMANCE else REFERENCE
 
 
 @dataclass(frozen=True)
@@ -102,37 +100,6 @@ class AttentionChoice:
         if self.compute_dtype not in COMPUTE_DTYPES:
             raise ConfigError(f"attention compute_dtype={self.compute_dtype!r}: the fused op takes one of "
                               f"{sorted(COMPUTE_DTYPES)}")
-
-
-_CHOICE: contextvars.ContextVar[AttentionChoice | None] = contextvars.ContextVar("mse_attention", default=None)
-
-
-@contextlib.contextmanager
-def use_backend(backend: str, compute_dtype: str = "float16", op: Callable | None = None) -> Iterator[AttentionChoice]:
-    """Every ``CachedAttention`` built inside this block (without an explicit ``backend``) uses this choice."""
-    choice = AttentionChoice(backend, compute_dtype, op)
-    token = _CHOICE.set(choice)
-    try:
-        yield choice
-    finally:
-        _CHOICE.reset(token)
-
-
-def current_choice() -> AttentionChoice:
-    """The innermost ``use_backend`` choice, else the MindSpore device target's (Ascend -> fused)."""
-    choice = _CHOICE.get()
-    if choice is not None:
-        return choice
-    target = ms.get_context("device_target")
-    return AttentionChoice(FUSED if target == "Ascend" else REFERENCE)
-
-
-def resolve(backend: str | AttentionChoice | None) -> AttentionChoice:
-    if backend is None:
-        return current_choice()
-    if isinstance(backend, AttentionChoice):
-        return backend
-    return AttentionChoice(backend)
 
 
 # ----- the mask, in-graph ------------------------------------------------------------------------------
@@ -228,5 +195,4 @@ def zeros_cache(shape: tuple[int, ...], choice: AttentionChoice) -> Tensor:
 
 
 __all__ = ["AttentionChoice", "BACKENDS", "COMPUTE_DTYPES", "FUSED", "FusedAttention", "REFERENCE",
-           "ReferenceAttention", "cache_dtype", "current_choice", "fused_mask", "make_core", "resolve",
-           "select_backend", "use_backend", "zeros_cache"]
+           "ReferenceAttention", "cache_dtype", "fused_mask", "make_core", "select_backend", "zeros_cache"]

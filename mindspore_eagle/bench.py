@@ -1,21 +1,21 @@
 """``mindspore-eagle bench``: greedy vs speculative on the same prompts, in the same process, side by side.
 
-For each prompt the teacher-only baseline (the engine with a one-node tree) and the speculative engine run
-one after the other, after an untimed warm-up that compiles every shape. Speed is new tokens per second over
-the whole request (prefill included, as in the EAGLE papers); ``speedup`` is the per-prompt ratio spec/greedy.
-The last stdout line is one JSON object (see ``summarize``).
+For each prompt the teacher-only baseline (the engine with a one-node tree) and the speculative run go one after
+the other through ``harness.compare``, after ``harness.warm_up`` compiled every shape. Speed is new tokens per
+second over the whole request (prefill included, as in the EAGLE papers); ``speedup`` is the per-prompt ratio
+spec/greedy. The last stdout line is one JSON object (see ``summarize``).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
-from .engine import Generation, Proposer, SpeculativeEngine
+from .engine import SpeculativeEngine
 from .errors import ConfigError
+from .harness import Comparison, ProposerFactory, compare, warm_up
 
 DEFAULT_PROMPTS = (
     "Explain in two sentences why the sky is blue.",
@@ -82,20 +82,6 @@ def read_prompt_file(path: str, allow_ids: bool = False) -> list[dict]:
     return items
 
 
-@dataclass(frozen=True)
-class PromptResult:
-    greedy: Generation
-    spec: Generation
-
-    @property
-    def lossless(self) -> bool:
-        return self.greedy.tokens == self.spec.tokens
-
-    @property
-    def speedup(self) -> float:
-        return self.spec.tok_s / self.greedy.tok_s
-
-
 def percentile(values: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile (numpy's default), q in [0, 100]."""
     return float(np.percentile(np.asarray(values, np.float64), q))
@@ -110,14 +96,13 @@ def speedup_stats(speedups: Sequence[float], percentiles: Sequence[int] = (50, 9
     return out
 
 
-def summarize(results: Sequence[PromptResult]) -> dict:
+def summarize(results: Sequence[Comparison]) -> dict:
     """The bench JSON: turns, lossless turns, tau (mean tokens per cycle over all cycles), speedups, speeds,
-    overhead share (spec time outside teacher and draft forwards / spec total)."""
+    and the host overhead share (spec time in host work of the steps -- checks, mask, acceptance -- over spec
+    total)."""
     speedups = [r.speedup for r in results]
     emitted = [s.emitted for r in results for s in r.spec.steps]
     spec_total = sum(r.spec.total_s for r in results)
-    teacher_s = sum(r.spec.teacher_s for r in results)
-    draft_s = sum(r.spec.seconds("draft") for r in results)
     return {
         "turns": len(results),
         "lossless_turns": sum(r.lossless for r in results),
@@ -125,59 +110,26 @@ def summarize(results: Sequence[PromptResult]) -> dict:
         **speedup_stats(speedups, (50, 99)),
         "tok_s_greedy": round(sum(len(r.greedy.tokens) for r in results) / sum(r.greedy.total_s for r in results), 3),
         "tok_s_spec": round(sum(len(r.spec.tokens) for r in results) / spec_total, 3),
-        "overhead_share": round(max(0.0, spec_total - teacher_s - draft_s) / spec_total, 4),
+        "overhead_share": round(sum(r.spec.seconds("host") for r in results) / spec_total, 4),
+        "step_ms": {phase: round(float(np.mean([getattr(s, f"{phase}_ms") for r in results for s in r.spec.steps])),
+                                 2) if emitted else float("nan")
+                    for phase in ("grow", "verify", "commit", "update", "host")},
     }
 
 
-def run_bench(teacher, prompts_ids: Sequence[Sequence[int]], make_proposer: Callable[[], Proposer],
-              max_new_tokens: int, eos: Sequence[int] = (), log: Callable[[str], None] = print,
-              commit_mode=None) -> list[PromptResult]:
-    """Greedy then speculative for every prompt. ``make_proposer(greedy_generation)`` is called per request
-    (oracles read that request's greedy output; a real draft ignores it)."""
-    greedy_engine = SpeculativeEngine(teacher)
-    state = {"greedy": None}
-    spec_engine = SpeculativeEngine(teacher, _LazyProposer(make_proposer, state), commit_mode)
-    # Warm-up (not timed, not reported): compile every graph both loops can meet. A prompt of each bucket's
-    # length compiles that prefill bucket for the teacher and the draft context; without it, the first prompt
-    # whose length ends in a new bucket paid a compile inside its greedy run and reported a bogus speedup.
-    warm = list(prompts_ids[0])
-    for n in sorted(set(teacher.runtime.buckets) | {len(warm)}):
-        if n > teacher.max_len // 2:
-            continue
-        ids = (warm * (n // len(warm) + 1))[:n]
-        state["greedy"] = greedy_engine.generate(ids, min(8, max_new_tokens), eos)
-        spec_engine.generate(ids, min(16, max_new_tokens), eos)
+def run_bench(engine: SpeculativeEngine, prompts_ids: Sequence[Sequence[int]], proposer_for: ProposerFactory,
+              max_new_tokens: int, eos: Sequence[int] = (), log: Callable[[str], None] = print) -> list[Comparison]:
+    """Warm up, then greedy and speculative for every prompt (``harness.compare``)."""
+    warm_up(engine, proposer_for, prompts_ids[0], max_new_tokens, eos)
     results = []
     log(f"{'#':>3} {'tokens':>6} {'greedy tok/s':>12} {'spec tok/s':>10} {'tau':>5} {'speedup':>7} lossless")
     for i, ids in enumerate(prompts_ids):
-        g = greedy_engine.generate(ids, max_new_tokens, eos)
-        state["greedy"] = g
-        s = spec_engine.generate(ids, max_new_tokens, eos)
-        r = PromptResult(g, s)
+        r = compare(engine, ids, proposer_for, max_new_tokens, eos)
         results.append(r)
-        log(f"{i:>3} {len(g.tokens):>6} {g.tok_s:>12.2f} {s.tok_s:>10.2f} {s.tau:>5.2f} {r.speedup:>7.2f} "
-            f"{'yes' if r.lossless else 'NO'}")
+        log(f"{i:>3} {len(r.greedy.tokens):>6} {r.greedy.tok_s:>12.2f} {r.spec.tok_s:>10.2f} {r.spec.tau:>5.2f} "
+            f"{r.speedup:>7.2f} {'yes' if r.lossless else 'NO'}")
     return results
 
 
-class _LazyProposer:
-    """Builds a fresh proposer per request (oracles need that request's greedy output)."""
-
-    def __init__(self, factory, state):
-        self.factory, self.state, self.inner = factory, state, None
-
-    def begin(self, prompt, aux_hidden, first_token):
-        self.inner = self.factory(self.state["greedy"])
-        self.inner.begin(prompt, aux_hidden, first_token)
-
-    def propose(self, root_token):
-        return self.inner.propose(root_token)
-
-    def accept(self, acceptance, aux_hidden):
-        self.inner.accept(acceptance, aux_hidden)
-
-
-PerRequestProposer = _LazyProposer  # public name, used by ``evaluate``
-
-__all__ = ["DEFAULT_PROMPTS", "PerRequestProposer", "PromptResult", "load_prompts", "read_prompt_file", "run_bench", "summarize",
-           "percentile", "speedup_stats"]
+__all__ = ["DEFAULT_PROMPTS", "load_prompts", "percentile", "read_prompt_file", "run_bench", "speedup_stats",
+           "summarize"]

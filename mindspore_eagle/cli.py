@@ -26,45 +26,45 @@ def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exec", dest="exec_mode", choices=["performance", "reference"], default="performance",
                    help="performance: compiled graph; reference: PyNative (slow, for checking)")
     p.add_argument("--device", choices=["CPU", "Ascend"], default="CPU")
+    p.add_argument("--buckets", default=None, help="static forward sizes, e.g. 1,8,16,32,64 (the default)")
+    p.add_argument("--prefill-chunk", type=int, default=None, help="prefill chunk, one of the buckets (default 64)")
 
 
 def _add_spec_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", default=None,
                    help="EAGLE-3 head directory (converted or public format; default: the shipped head for the "
-                        "default teacher); bench also accepts 'oracle' (the teacher's own future tokens: a "
+                        "default teacher); bench and eval also accept 'oracle' (the teacher's own future tokens: a "
                         "ceiling) and 'wrong' (never accepted: a floor)")
     p.add_argument("--max-nodes", type=int, default=32, help="tree budget: nodes per tree, root included")
     p.add_argument("--depth", type=int, default=6, help="tree budget: deepest draft level")
     p.add_argument("--top-k", type=int, default=8, help="tree budget: children per expanded node")
     p.add_argument("--window", type=int, default=None, help="draft context window (ablation; default: full)")
-    p.add_argument("--commit", choices=["auto", "length", "path_index"], default="auto",
-                   help="cache commit mode (auto: LENGTH for in-place chains, else PATH_INDEX)")
 
 
-def _load_runtime(args: argparse.Namespace):
-    """(teacher, tokenizer) for the requested device, through ``deploy`` (device checks, bucket limits and
-    the attention backend: fused on Ascend, primitives on CPU)."""
-    from . import deploy
-    from .assets import require_default_model
-    from .config import RuntimeConfig
-    from .tokenizer import load_tokenizer
+def _runtime(args: argparse.Namespace):
+    from .config import Buckets, RuntimeConfig
 
-    model_dir = args.model or require_default_model()
-    runtime = RuntimeConfig(max_cache_len=args.max_cache_len, exec_mode=args.exec_mode, device=args.device)
-    budget = _budget(args) if getattr(args, "mode", "spec") == "spec" else None  # bench is always speculative
-    return deploy.load_teacher(model_dir, runtime, budget), load_tokenizer(model_dir)
-
-
-def _commit_mode(args: argparse.Namespace):
-    from .cache import CommitMode
-
-    return None if args.commit == "auto" else CommitMode(args.commit)
+    kw = {}
+    if args.buckets:
+        kw["buckets"] = Buckets.parse(args.buckets)
+    if args.prefill_chunk is not None:
+        kw["prefill_chunk"] = args.prefill_chunk
+    return RuntimeConfig(max_cache_len=args.max_cache_len, exec_mode=args.exec_mode, device=args.device, **kw)
 
 
 def _budget(args: argparse.Namespace):
     from .draft_config import TreeBudget
 
     return TreeBudget(max_nodes=args.max_nodes, depth=args.depth, top_k=args.top_k)
+
+
+def _build(args: argparse.Namespace, speculative: bool = True, tokenizer: bool = True):
+    """The stack of a command, through the one builder (deployment checks, budget vs buckets, attention core)."""
+    from .build import build
+
+    return build(args.model, _runtime(args), args.draft if speculative else None,
+                 _budget(args) if speculative else None, speculative=speculative, window=args.window,
+                 tokenizer=tokenizer)
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
@@ -86,35 +86,30 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .draft import load_proposer
-    from .engine import SpeculativeEngine
+    from .build import ORACLES
+    from .errors import ConfigError
     from .trace import write_steps
     from .verify import SamplingParams
 
-    teacher, tok = _load_runtime(args)
+    spec = args.mode == "spec"
+    if spec and args.draft in ORACLES:
+        raise ConfigError(f"--draft {args.draft}: oracles need the greedy output first; use them with bench or eval")
     sampling = SamplingParams(args.temperature, args.top_p, args.top_k_sample, args.seed)
-    if args.mode == "spec":
-        from .attention import use_backend
-
-        choice = teacher.cell.model.layers[0].self_attn.choice
-        with use_backend(choice.backend, choice.compute_dtype):  # the head's attention like the teacher's
-            proposer = load_proposer(args.draft, teacher, _budget(args), args.window)
-        engine = SpeculativeEngine(teacher, proposer, _commit_mode(args))
-    else:
-        engine = SpeculativeEngine(teacher)
+    stack = _build(args, spec)
+    tok, engine = stack.tokenizer, stack.engine
+    proposer = stack.proposer_for(None) if spec else None
     ids = tok.encode(args.prompt) if args.raw else tok.encode_chat([{"role": "user", "content": args.prompt}])
-    eos = tuple(tok.eos_token_ids) + tuple(teacher.cfg.eos_token_ids)
     if args.warmup:
         # Compile the shapes once so the timing below is steady-state (graph compile is ~10-20 s per shape).
-        engine.generate(ids, max_new_tokens=8, eos_token_ids=(), sampling=sampling)
-    result = engine.generate(ids, args.max_new_tokens, eos, sampling)
-    print(tok.decode([t for t in result.tokens if t not in eos]))
+        engine.generate(ids, max_new_tokens=8, eos_token_ids=(), sampling=sampling, proposer=proposer)
+    result = engine.generate(ids, args.max_new_tokens, stack.eos, sampling, proposer=proposer)
+    print(tok.decode([t for t in result.tokens if t not in stack.eos]))
     if args.trace:
         with open(args.trace, "w", encoding="utf-8") as f:
             write_steps(f, result.steps)
-    spec = f", tau {result.tau:.2f} over {result.cycles} cycles" if args.mode == "spec" else ""
+    tau = f", tau {result.tau:.2f} over {result.cycles} cycles" if spec else ""
     print(f"[{len(result.tokens)} tokens, stop={result.stop_reason}, time to first token {result.ttft_s * 1000:.0f} ms, "
-          f"decode {result.decode_tok_s:.2f} tok/s, overall {result.tok_s:.2f} tok/s{spec}]", file=sys.stderr)
+          f"decode {result.decode_tok_s:.2f} tok/s, overall {result.tok_s:.2f} tok/s{tau}]", file=sys.stderr)
     return 0
 
 
@@ -122,24 +117,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import json
 
     from .bench import load_prompts, run_bench, summarize
-    from .draft import load_proposer
-    from .oracle import OracleProposer
 
-    teacher, tok = _load_runtime(args)
     prompts = load_prompts(args.prompts)
-    ids = [tok.encode_chat([{"role": "user", "content": p}]) for p in prompts]
-    eos = tuple(tok.eos_token_ids) + tuple(teacher.cfg.eos_token_ids)
-    if args.draft in ("oracle", "wrong"):
-        mode = args.draft
-
-        def factory(greedy):
-            return OracleProposer(greedy.tokens, args.depth, teacher.cfg.vocab_size, mode)
-    else:
-        proposer = load_proposer(args.draft, teacher, _budget(args), args.window)
-
-        def factory(greedy):
-            return proposer
-    results = run_bench(teacher, ids, factory, args.max_new_tokens, eos, commit_mode=_commit_mode(args))
+    stack = _build(args)
+    ids = [stack.tokenizer.encode_chat([{"role": "user", "content": p}]) for p in prompts]
+    results = run_bench(stack.engine, ids, stack.proposer_for, args.max_new_tokens, stack.eos)
     print(json.dumps(summarize(results)))
     return 0
 
@@ -181,26 +163,18 @@ def _merge_and_report(out_dir: str, plots: bool) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    import os
+    from .evaluate import RunConfig, load_items, run_shard
+    from .sharding import is_scheduler, resolve_rank
 
-    from .errors import ConfigError
-    from .evaluate import load_setup, prepare_run, resolve_rank, run_shard
-
-    if os.environ.get("MS_ROLE") == "MS_SCHED":
+    if is_scheduler():
         return 0  # msrun also starts the script as its scheduler: it has no turns to run
     if args.merge:
         return _merge_and_report(args.out, not args.no_plots)
     rank, world = resolve_rank(args.rank, args.world)
-    try:
-        buckets = [int(b) for b in args.buckets.split(",")] if args.buckets else None
-    except ValueError:
-        raise ConfigError(f"--buckets={args.buckets!r}: expected comma-separated integers, e.g. 1,8,16") from None
-    setup = load_setup(args.model, max_cache_len=args.max_cache_len, exec_mode=args.exec_mode, device=args.device,
-                       eval_set=args.eval_set, subset=args.subset, buckets=buckets, prefill_chunk=args.prefill_chunk)
-    make_proposer, config = prepare_run(setup, args.draft, _budget(args), args.window, args.commit,
-                                        args.max_new_tokens)
-    run_shard(setup.teacher, setup.items, make_proposer, config, args.out, rank, world, tokenizer=setup.tokenizer,
-              eos=setup.eos, limit=args.limit, spread=args.spread)
+    items = load_items(args.eval_set, args.subset)
+    stack = _build(args, tokenizer=any(i.turns for i in items))  # token-id sets need no tokenizer
+    config = RunConfig.for_stack(stack, items, args.max_new_tokens, args.window)
+    run_shard(stack, items, config, args.out, rank, world, limit=args.limit, spread=args.spread)
     if world == 1:
         return _merge_and_report(args.out, not args.no_plots)
     print(f"[rank {rank}/{world}] shard done; after every worker: mindspore-eagle eval --merge --out {args.out}")
@@ -273,8 +247,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--world", type=int, default=None, help="number of workers (default: $RANK_SIZE, else 1)")
     p.add_argument("--merge", action="store_true", help="only merge OUT's shard files and print the report")
     p.add_argument("--no-plots", action="store_true", help="tables only")
-    p.add_argument("--buckets", default=None, help="teacher shape buckets, e.g. 1,8,16,32,64 (default)")
-    p.add_argument("--prefill-chunk", type=int, default=None, help="prefill chunk, one of the buckets (default 64)")
     _add_runtime_flags(p)
     _add_spec_flags(p)
     p.set_defaults(fn=cmd_eval)

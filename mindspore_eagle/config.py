@@ -8,12 +8,15 @@ so a bad file fails at load time and not inside a compiled graph.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .errors import ConfigError
+import numpy as np
+
+from .errors import CacheCapacityError, ConfigError
 
 # HF architecture name -> (qkv_bias, o_bias). openPangu-Embedded puts a bias on q, k, v and o (its
 # config key ``bias``); Qwen2 on q, k, v only; Llama on none (unless ``attention_bias``).
@@ -250,46 +253,138 @@ class TeacherConfig:
         return cls.from_dict(read_config_json(path))
 
 
+class ExecMode(enum.Enum):
+    """How Cells run: PERFORMANCE compiles them (``ms.jit``, one graph per input shape); REFERENCE runs them in
+    PyNative and makes the engine cross-check every step (slow: for checking, never for serving)."""
+
+    PERFORMANCE = "performance"
+    REFERENCE = "reference"
+
+    @classmethod
+    def parse(cls, value: "ExecMode | str") -> "ExecMode":
+        """An ExecMode from itself or its name ("performance" / "reference"); ConfigError otherwise."""
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(value)
+        except ValueError:
+            raise ConfigError(f"exec_mode={value!r}: expected one of {[m.value for m in cls]}") from None
+
+    def compile(self, cell):
+        """The callable that runs ``cell`` in this mode: the compiled graph, or the Cell itself."""
+        import mindspore as ms
+
+        return ms.jit(cell) if self is ExecMode.PERFORMANCE else cell
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """The static row counts a forward may have: each size compiles one graph, so every forward (prefill chunk,
+    tree verification, draft context chunk, row-move list) is padded up to one of them.
+
+    Rules, in one place: sizes are distinct positive integers, sorted, and include 1 (a decode step).
+    ``fit(n)`` is the smallest size holding ``n`` rows. Example: sizes (1, 8, 16): fit(1) = 1, fit(5) = 8,
+    fit(16) = 16, fit(17) raises ConfigError.
+    """
+
+    sizes: tuple[int, ...] = (1, 8, 16, 32, 64)
+
+    def __post_init__(self) -> None:
+        raw = tuple(self.sizes) if isinstance(self.sizes, (tuple, list)) else (self.sizes,)
+        if not raw or any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in raw):
+            raise ConfigError(f"buckets={self.sizes!r}: must be positive integers")
+        sizes = tuple(sorted(set(int(b) for b in raw)))
+        if sizes[0] != 1:
+            raise ConfigError(f"buckets={sizes}: must contain 1 (the decode step)")
+        object.__setattr__(self, "sizes", sizes)
+
+    @classmethod
+    def parse(cls, text: str) -> "Buckets":
+        """From a comma-separated list, e.g. "1,8,16,64" (the CLI's form)."""
+        try:
+            return cls(tuple(int(b) for b in str(text).split(",")))
+        except ValueError:
+            raise ConfigError(f"buckets={text!r}: expected comma-separated integers, e.g. 1,8,16,64") from None
+
+    @property
+    def largest(self) -> int:
+        return self.sizes[-1]
+
+    def fit(self, num_rows: int) -> int:
+        """Smallest size >= ``num_rows`` (>= 1)."""
+        for b in self.sizes:
+            if b >= num_rows:
+                return b
+        raise ConfigError(f"{num_rows} rows exceed the largest bucket {self.largest} (buckets={self.sizes})")
+
+    def chunks(self, num_rows: int, max_chunk: int, room: int) -> list[tuple[int, int]]:
+        """Split ``num_rows`` rows into ``(size, bucket)`` chunks of at most ``max_chunk`` real rows whose padded
+        buckets, written one after the other, use at most ``room`` rows (the cache rows left).
+
+        Near the end of the room a chunk shrinks to the largest bucket that still fits (then it has no padding).
+        Example, sizes (1, 8, 16, 32, 64), 70 rows, chunk 64: room 1000 -> [(64, 64), (6, 8)]; room 70 ->
+        [(64, 64)] + [(1, 1)] * 6 (a padded bucket of 8 would not fit the 6 rows left). CacheCapacityError when
+        the rows do not fit the room at all.
+        """
+        if num_rows > room:
+            raise CacheCapacityError(f"{num_rows} rows do not fit: {room} cache rows left")
+        out, done = [], 0
+        while done < num_rows:
+            size = min(num_rows - done, max_chunk)
+            bucket = self.fit(size)
+            if bucket > room:
+                fitting = [b for b in self.sizes if b <= min(size, room)]
+                if not fitting:
+                    raise CacheCapacityError(f"{num_rows - done} more rows do not fit: {room} cache rows left")
+                bucket = size = fitting[-1]
+            out.append((size, bucket))
+            done += size
+            room -= size
+        return out
+
+
 @dataclass(frozen=True)
 class RuntimeConfig:
     """How a teacher runs: cache size, batch, execution mode and the static shape buckets.
 
-    ``buckets`` are the token counts a forward may have; each compiles one graph. ``prefill_chunk``
-    must be one of them; 1 must be among them (decode).
+    ``buckets`` (a ``Buckets``; a tuple is converted) are the row counts a forward may have, used by prefill
+    chunks, tree verification, the draft's context chunks and cache row moves alike. ``prefill_chunk`` must be
+    one of them. ``exec_mode`` is an ``ExecMode`` (its name is accepted and converted once, here).
     """
 
     max_cache_len: int = 1024
     batch_size: int = 1
-    exec_mode: str = "performance"  # "performance" (graph) or "reference" (PyNative)
+    exec_mode: ExecMode = ExecMode.PERFORMANCE
     device: str = "CPU"
-    buckets: tuple[int, ...] = (1, 8, 16, 32, 64)
+    buckets: Buckets = Buckets()
     prefill_chunk: int = 64
 
     def __post_init__(self) -> None:
         _require_positive(self, "max_cache_len", "batch_size", "prefill_chunk")
-        if self.exec_mode not in ("performance", "reference"):
-            raise ConfigError(f"RuntimeConfig.exec_mode={self.exec_mode!r}: expected 'performance' or 'reference'")
+        object.__setattr__(self, "exec_mode", ExecMode.parse(self.exec_mode))
         if self.device not in ("CPU", "Ascend"):
             raise ConfigError(f"RuntimeConfig.device={self.device!r}: expected 'CPU' or 'Ascend'")
-        buckets = tuple(sorted(set(int(b) for b in self.buckets)))
-        if not buckets or buckets[0] < 1:
-            raise ConfigError(f"RuntimeConfig.buckets={self.buckets!r}: must be positive integers")
-        if 1 not in buckets:
-            raise ConfigError(f"RuntimeConfig.buckets={self.buckets!r}: must contain 1 (the decode step)")
-        if self.prefill_chunk not in buckets:
-            raise ConfigError(f"RuntimeConfig.prefill_chunk={self.prefill_chunk} must be one of the buckets {buckets}")
-        if buckets[-1] > self.max_cache_len:
-            raise ConfigError(f"RuntimeConfig.buckets: largest bucket {buckets[-1]} exceeds "
+        if not isinstance(self.buckets, Buckets):
+            object.__setattr__(self, "buckets", Buckets(self.buckets))
+        if self.prefill_chunk not in self.buckets.sizes:
+            raise ConfigError(f"RuntimeConfig.prefill_chunk={self.prefill_chunk} must be one of the buckets "
+                              f"{self.buckets.sizes}")
+        if self.buckets.largest > self.max_cache_len:
+            raise ConfigError(f"RuntimeConfig.buckets: largest bucket {self.buckets.largest} exceeds "
                               f"max_cache_len={self.max_cache_len}")
-        object.__setattr__(self, "buckets", buckets)
 
-    def bucket_for(self, num_tokens: int) -> int:
-        """Smallest bucket holding ``num_tokens`` (ConfigError when none does)."""
-        for b in self.buckets:
-            if b >= num_tokens:
-                return b
-        raise ConfigError(f"{num_tokens} tokens exceed the largest bucket {self.buckets[-1]} "
-                          f"(RuntimeConfig.buckets={self.buckets})")
+    @property
+    def reference(self) -> bool:
+        return self.exec_mode is ExecMode.REFERENCE
+
+    def check_tree_size(self, max_nodes: int, what: str = "TreeBudget.max_nodes") -> int:
+        """The verification bucket of a tree of ``max_nodes`` nodes; ConfigError naming both sides when no bucket
+        holds it (checked when a proposer is built for this runtime, not at the first step)."""
+        if max_nodes > self.buckets.largest:
+            raise ConfigError(f"{what}={max_nodes} does not fit RuntimeConfig.buckets={self.buckets.sizes}: a tree "
+                              f"is verified in one forward of at most {self.buckets.largest} rows; lower the tree "
+                              f"budget or add a bucket >= {max_nodes} (--buckets)")
+        return self.buckets.fit(max_nodes)
 
 
 def replace(cfg: Any, **changes: Any) -> Any:
@@ -297,4 +392,4 @@ def replace(cfg: Any, **changes: Any) -> Any:
     return dataclasses.replace(cfg, **changes)
 
 
-__all__ = ["TeacherConfig", "RuntimeConfig", "RopeScaling", "read_config_json", "replace", "saved_config"]
+__all__ = ["Buckets", "ExecMode", "TeacherConfig", "RuntimeConfig", "RopeScaling", "read_config_json", "replace", "saved_config"]

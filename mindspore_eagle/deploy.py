@@ -10,16 +10,16 @@ What ``--device Ascend`` means here (``attention`` holds the op's contract):
   chosen only there (``attention.select_backend``). PyNative "reference" stays the CPU check path.
 * **static shapes within the op's limits** -- every speculative round (tree verification, draft growth
   level) sends at most ``max_query_tokens`` query tokens (default 16, the limit vllm-ascend documents for the
-  fused infer attention op in decode), so the tree bucket ``runtime.bucket_for(budget.max_nodes)`` and the
+  fused infer attention op in decode), so the tree bucket ``runtime.check_tree_size(budget.max_nodes)`` and the
   growth width ``budget.top_k`` must fit; the head sizes must fit the op (D 16-aligned, <= 512; H <= 256;
   H / Hkv <= 64). Prefill chunks go through the op's full-inference branch and are not limited.
 * **compile cache** (opt-in, ``compile_cache_path``) -- ``MS_COMPILER_CACHE_ENABLE=1`` and
   ``MS_COMPILER_CACHE_PATH`` persist compiled graphs across processes, one subdirectory per rank (one graph
   per bucket; clear the directory when model code changes).
 
-``load_engine`` / ``load_teacher`` do all of it and build the Cells inside ``attention.use_backend`` so every
-``CachedAttention`` (teacher and draft head) gets the fused core. On CPU they are plain loaders.
-``python -m mindspore_eagle.deploy check ...`` validates a plan (and, with ``--probe``, this machine).
+``prepare`` does all of it and returns the ``AttentionChoice`` that ``mindspore_eagle.build`` passes to the teacher
+and the draft head (fused on Ascend, primitives on CPU). ``python -m mindspore_eagle.deploy check ...`` validates a
+plan (and, with ``--probe``, this machine).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import sys
 from dataclasses import dataclass
 
 from . import attention
-from .config import RuntimeConfig, TeacherConfig
+from .config import Buckets, RuntimeConfig, TeacherConfig
 from .draft_config import TreeBudget
 from .errors import ConfigError, EagleError
 
@@ -140,17 +140,17 @@ def check_plan(runtime: RuntimeConfig, budget: TreeBudget | None = None, teacher
     """Validate an Ascend plan without touching any device (CPU runtimes need nothing and pass)."""
     if runtime.device != "Ascend":
         return
-    if runtime.exec_mode != "performance":
-        raise ConfigError(f"RuntimeConfig.exec_mode={runtime.exec_mode!r} on device 'Ascend': the deployment is graph "
-                          "mode only (exec_mode='performance'); PyNative reference mode is the CPU check path")
+    if runtime.reference:
+        raise ConfigError(f"RuntimeConfig.exec_mode={runtime.exec_mode.value!r} on device 'Ascend': the deployment is "
+                          "graph mode only (exec_mode='performance'); PyNative reference mode is the CPU check path")
     limit = deployment.max_query_tokens
     if budget is not None:
         if budget.max_nodes > limit:
             raise ConfigError(f"TreeBudget.max_nodes={budget.max_nodes} exceeds max_query_tokens={limit}, the query "
                               f"tokens one fused attention round may take; use --max-nodes <= {limit}")
-        bucket = runtime.bucket_for(budget.max_nodes)
+        bucket = runtime.check_tree_size(budget.max_nodes)
         if bucket > limit:
-            raise ConfigError(f"tree bucket {bucket} (the smallest of RuntimeConfig.buckets={runtime.buckets} holding "
+            raise ConfigError(f"tree bucket {bucket} (the smallest of RuntimeConfig.buckets={runtime.buckets.sizes} holding "
                               f"TreeBudget.max_nodes={budget.max_nodes}) exceeds max_query_tokens={limit} of the fused "
                               f"attention op; add a bucket between {budget.max_nodes} and {limit}")
         if budget.top_k > limit:
@@ -206,39 +206,6 @@ def prepare(runtime: RuntimeConfig, budget: TreeBudget | None = None, teacher_cf
     return attention.AttentionChoice(backend, deployment.compute_dtype)
 
 
-def load_teacher(model_dir: str, runtime: RuntimeConfig, budget: TreeBudget | None = None,
-                 deployment: AscendDeployment | None = None):
-    """``Teacher.load`` with the deployment applied (fused attention on Ascend)."""
-    from .teacher import Teacher
-
-    choice = prepare(runtime, budget, TeacherConfig.load(model_dir), deployment)
-    with attention.use_backend(choice.backend, choice.compute_dtype):
-        return Teacher.load(model_dir, runtime)
-
-
-def load_engine(model_dir: str, draft_dir: str | None, runtime: RuntimeConfig, budget: TreeBudget | None = None,
-                deployment: AscendDeployment | None = None, window: int | None = None, speculative: bool = True,
-                commit_mode=None):
-    """A ``SpeculativeEngine`` (teacher + EAGLE-3 proposer, or teacher alone when ``speculative`` is False) built
-    for ``runtime.device``. ``draft_dir`` None: the shipped default head."""
-    from .draft import default_head_dir, load_proposer
-    from .draft_config import DraftConfig
-    from .engine import SpeculativeEngine
-    from .teacher import Teacher
-
-    budget = budget or TreeBudget()
-    draft_cfg = None
-    if speculative and runtime.device == "Ascend":
-        head_dir = draft_dir or default_head_dir()
-        # a missing head directory is reported by load_proposer below
-        draft_cfg = DraftConfig.load(head_dir) if os.path.isdir(head_dir) else None
-    choice = prepare(runtime, budget if speculative else None, TeacherConfig.load(model_dir), deployment, draft_cfg)
-    with attention.use_backend(choice.backend, choice.compute_dtype):
-        teacher = Teacher.load(model_dir, runtime)
-        proposer = load_proposer(draft_dir, teacher, budget, window) if speculative else None
-    return SpeculativeEngine(teacher, proposer, commit_mode)
-
-
 # ----- command line ---------------------------------------------------------------------------------------
 
 
@@ -258,13 +225,12 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--probe", action="store_true", help="also require a usable Ascend NPU on this machine")
     args = p.parse_args(argv)
     try:
-        buckets = tuple(int(b) for b in args.buckets.split(","))
-        runtime = RuntimeConfig(max_cache_len=args.max_cache_len, device="Ascend", buckets=buckets,
+        runtime = RuntimeConfig(max_cache_len=args.max_cache_len, device="Ascend", buckets=Buckets.parse(args.buckets),
                                 prefill_chunk=args.prefill_chunk)
         budget = TreeBudget(max_nodes=args.max_nodes, depth=args.depth, top_k=args.top_k)
         cfg = TeacherConfig.load(args.model) if args.model else None
         check_plan(runtime, budget, cfg, AscendDeployment(max_query_tokens=args.max_query_tokens))
-        print(f"plan ok: buckets {runtime.buckets}, tree bucket {runtime.bucket_for(budget.max_nodes)}, "
+        print(f"plan ok: buckets {runtime.buckets.sizes}, tree bucket {runtime.check_tree_size(budget.max_nodes)}, "
               f"top_k {budget.top_k} <= max_query_tokens {args.max_query_tokens}")
         if args.probe:
             print(f"Ascend ok: {require_ascend().describe()}")
@@ -275,8 +241,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = ["AscendDeployment", "AscendProbe", "DEFAULT_MAX_QUERY_TOKENS", "check_model", "check_plan",
-           "default_compile_cache", "enable_compile_cache", "load_engine", "load_teacher", "prepare", "probe_ascend",
-           "require_ascend"]
+           "default_compile_cache", "enable_compile_cache", "prepare", "probe_ascend", "require_ascend"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -20,8 +20,6 @@ from typing import Any, Mapping
 
 from .config import RopeScaling, TeacherConfig, read_config_json, saved_config
 from .errors import ConfigError
-from .tree.layout import DEFAULT_BUCKETS
-
 DRAFT_FORMAT = "mindspore_eagle.eagle3"
 
 
@@ -173,8 +171,9 @@ class DraftConfig:
 class TreeBudget:
     """How large a tree the draft grows each round (EAGLE-2/3 dynamic tree).
 
-    ``max_nodes``  nodes in the emitted tree, root included (so at most ``max_nodes - 1`` drafts); it must fit
-                   the largest verification bucket.
+    ``max_nodes``  nodes in the emitted tree, root included (so at most ``max_nodes - 1`` drafts); a runtime
+                   whose largest bucket cannot hold it refuses the budget when the proposer is built
+                   (``RuntimeConfig.check_tree_size``).
     ``depth``      deepest draft level (the root is depth 0). EAGLE's ``depth=d`` argument grows ``d + 1``
                    levels, i.e. ``TreeBudget(depth=d + 1)``.
     ``top_k``      children expanded per frontier node, and frontier width, at every level.
@@ -186,7 +185,7 @@ class TreeBudget:
     top_k: int = 8
 
     def __post_init__(self) -> None:
-        _require_int(self, "max_nodes", 1, DEFAULT_BUCKETS[-1], " (the tree must fit the largest bucket)")
+        _require_int(self, "max_nodes", 1)
         _require_int(self, "depth", 1)
         _require_int(self, "top_k", 1)
 

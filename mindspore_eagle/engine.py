@@ -1,22 +1,28 @@
-"""The one generation loop: prefill, then draft -> check -> pad -> mask -> verify -> accept -> commit -> emit.
+"""The one generation loop: prefill, then draft -> check -> pad -> mask -> verify -> accept -> commit -> update.
 
 Teacher-only greedy (or sampling) decoding is the same loop with a proposer that proposes a one-node tree
-(just the root), so "speculative == greedy" always compares like with like. Batch size 1.
+(just the root), so "speculative == greedy" always compares like with like. Batch size 1. One engine serves a
+teacher; the proposer is chosen per request (``generate(..., proposer=...)``; None = teacher only).
 
 One step, with ``L`` the committed length and ``root`` the last emitted token (not yet in the cache):
 
-    layout = proposer.propose(root)               # TreeLayout, node 0 = root
-    check_tree(layout, vocab)                     # host, every step, before the teacher runs
-    bucket = smallest runtime bucket >= nodes     # static shapes: one graph per bucket
-    L = cache.begin_round(bucket)                 # capacity check before any write
-    teacher.forward(tokens, L + depth, L + i, tree_attention_mask(layout, L, max_len))
-    acc = accept(layout, logits)                  # accepted path + bonus
-    cache.commit(acc.path, mode)                  # rows L.. hold root + accepted nodes; L += len(path)
-    proposer.accept(acc, aux_hidden[path])        # the draft catches up on the committed tokens
-    emit acc.tokens                               # the accepted drafts, then the bonus (the next root)
+    layout = proposer.propose(root)                  # grow:    TreeLayout, node 0 = root
+    check_tree(layout, vocab)                        # host:    every rule, before any graph runs
+    bucket = runtime.buckets.fit(layout.num_nodes)   #          static shapes: one graph per bucket
+    L = cache.begin_round(bucket)                    #          the capacity check, before any write
+    inputs = ForwardInputs.for_tree(layout, L, ...)  #          the one padding rule, positions, rows, mask
+    out = teacher.forward(inputs)                    # verify:  logits + EAGLE-3 features of every node
+    acc = accept_sampling(layout, out.logits, ...)   # host:    accepted path + bonus
+    cache.commit(acc.path)                           # commit:  only out-of-place rows move; L += len(path)
+    proposer.accept(acc, out.aux_hidden[path])       # update:  the draft catches up on the committed tokens
+    emit acc.tokens                                  #          the accepted drafts, then the bonus (next root)
 
-*reference* mode runs the teacher in PyNative and cross-checks every step (the mask rebuilt by a naive
-ancestor walk, the acceptance path against the tree); *performance* mode runs the same code compiled.
+The phases named on the right are the ``StepTrace`` timings (``grow_ms``, ``verify_ms``, ``commit_ms``,
+``update_ms``, ``host_ms``). A prefill chunk is the same forward over a ``TreeLayout.chain``.
+
+*reference* mode (``ExecMode.REFERENCE``) runs the teacher in PyNative and cross-checks every step (the mask
+rebuilt by a naive ancestor walk, the accepted path against the tree); *performance* mode runs the same code
+compiled.
 """
 
 from __future__ import annotations
@@ -27,18 +33,22 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from .cache import BranchableKVCache, CommitMode
-from .errors import CacheCapacityError, ConfigError, EagleError, TreeInvariantError
-from .generate import plan_prefill, validate_prompt
+from .cache import BranchableKVCache
+from .errors import CacheCapacityError, ConfigError, TreeInvariantError
 from .teacher import Teacher
 from .trace import StepTrace
-from .tree import TreeLayout, check_tree, tree_attention_mask
-from .tree.mask import MASK_VALUE, causal_mask
-from .verify import Acceptance, SamplingParams, accept_sampling, sample_token
+from .tree import ForwardInputs, TreeLayout, check_tree
+from .tree.mask import MASK_VALUE
+from .verify import SamplingParams, accept_sampling, sample_token
 
 
 class Proposer(Protocol):
-    """What the loop needs from a draft: catch up on committed tokens, propose a tree from a root."""
+    """What the loop needs from a draft: catch up on committed tokens, propose a tree from a root.
+
+    ``max_nodes`` is the largest tree ``propose`` returns (root included): the engine refuses a proposer whose
+    trees no runtime bucket holds before the request starts."""
+
+    max_nodes: int
 
     def begin(self, prompt: Sequence[int], aux_hidden: np.ndarray, first_token: int) -> None:
         """A new request: the teacher prefilled ``prompt`` (features ``aux_hidden [len(prompt), 3H]``) and
@@ -47,13 +57,15 @@ class Proposer(Protocol):
     def propose(self, root_token: int) -> TreeLayout:
         """A tree of draft continuations under ``root_token`` (node 0)."""
 
-    def accept(self, acceptance: Acceptance, aux_hidden: np.ndarray) -> None:
+    def accept(self, acceptance, aux_hidden: np.ndarray) -> None:
         """The teacher committed ``acceptance.path`` (features ``aux_hidden [len(path), 3H]`` of those nodes);
         ``acceptance.bonus`` is the next root."""
 
 
 class RootOnlyProposer:
     """Proposes the one-node tree: the loop then is plain teacher-only decoding (the baseline)."""
+
+    max_nodes = 1
 
     def begin(self, prompt, aux_hidden, first_token) -> None:
         pass
@@ -80,7 +92,7 @@ class Generation:
     @property
     def teacher_s(self) -> float:
         """Seconds inside teacher forwards (prefill and verification)."""
-        return self.prefill_teacher_s + self.seconds("teacher")
+        return self.prefill_teacher_s + self.seconds("verify")
 
     @property
     def cycles(self) -> int:
@@ -102,109 +114,123 @@ class Generation:
         return (len(self.tokens) - 1) / dt if len(self.tokens) > 1 and dt > 0 else float("nan")
 
     def seconds(self, phase: str) -> float:
-        """Total seconds spent in ``phase`` ("draft", "verify", "commit" or "teacher") over all steps."""
+        """Total seconds of one step phase over all steps: "grow", "verify", "commit", "update" or "host"."""
         return float(sum(getattr(s, f"{phase}_ms") for s in self.steps)) / 1000
 
 
-class SpeculativeEngine:
-    """Teacher + proposer + branchable teacher cache; ``generate`` is the only generation loop."""
+def validate_request(prompt: Sequence[int], max_new_tokens: int, vocab_size: int, max_len: int) -> list[int]:
+    """The prompt as a list of ints, or a typed error naming the bad value (before anything runs)."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens={max_new_tokens!r}: must be an integer >= 1")
+    if isinstance(prompt, (str, bytes)):
+        raise ConfigError("prompt must be a sequence of token ids, not text: encode it with the tokenizer first")
+    ids = list(prompt)
+    if not ids:
+        raise ConfigError("empty prompt: at least one token is required")
+    bad = [t for t in ids if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer))]
+    if bad:
+        raise ConfigError(f"prompt token ids must be integers; got {bad[:3]!r}")
+    out = [int(t) for t in ids]
+    bad = [t for t in out if not 0 <= t < vocab_size]
+    if bad:
+        raise ConfigError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab_size})")
+    if len(out) >= max_len:
+        raise CacheCapacityError(f"prompt of {len(out)} tokens does not fit the cache: max_cache_len={max_len} must "
+                                 "exceed the prompt length")
+    return out
 
-    def __init__(self, teacher: Teacher, proposer: Proposer | None = None,
-                 commit_mode: CommitMode | None = None):
+
+class SpeculativeEngine:
+    """A teacher, the one owner of its cache rows, and ``generate``: the only generation loop."""
+
+    def __init__(self, teacher: Teacher):
         if teacher.runtime.batch_size != 1:
             raise ConfigError(f"SpeculativeEngine supports batch_size=1 (got {teacher.runtime.batch_size})")
         self.teacher = teacher
-        self.proposer = proposer if proposer is not None else RootOnlyProposer()
+        self.runtime = teacher.runtime
         self.cache = BranchableKVCache.for_teacher(teacher)
-        # None: LENGTH when the accepted path is already in place (a chain prefix), else PATH_INDEX.
-        self.commit_mode = commit_mode
-        self.reference = teacher.runtime.exec_mode == "reference"
+        self.reference = self.runtime.reference
+
+    def check_proposer(self, proposer: Proposer) -> None:
+        """ConfigError unless every tree ``proposer`` may return fits a verification bucket of this runtime."""
+        self.runtime.check_tree_size(int(proposer.max_nodes), f"{type(proposer).__name__}.max_nodes")
 
     # ----- prefill ------------------------------------------------------------------------------------
-    def _prefill(self, prompt: Sequence[int]) -> tuple[np.ndarray, np.ndarray, float]:
-        """Write the prompt into rows [0, len) chunk by chunk; return (last logits [V], aux [len, 3H],
-        teacher forward seconds)."""
-        ids = np.asarray(prompt, np.int64)[None, :]
-        aux, logits, seconds = [], None, 0.0
-        for off, size, bucket in plan_prefill(len(prompt), 0, self.teacher):
+    def _prefill(self, prompt: list[int]) -> tuple[np.ndarray, np.ndarray, float]:
+        """Write the prompt into rows [0, len) chunk by chunk (each a chain tree); return (last logits [V],
+        aux [len, 3H], teacher forward seconds)."""
+        aux, logits, seconds, off = [], None, 0.0, 0
+        for size, bucket in self.runtime.buckets.chunks(len(prompt), self.runtime.prefill_chunk, self.cache.max_len):
             L = self.cache.begin_round(bucket)
-            pos = L + np.arange(size)[None, :]
-            out = self.teacher.forward(ids[:, off:off + size], pos, pos, causal_mask(L, size, self.teacher.max_len),
-                                       bucket)
-            self.cache.commit(list(range(size)), CommitMode.LENGTH)
+            out = self.teacher.forward(ForwardInputs.for_tree(TreeLayout.chain(prompt[off:off + size]), L, bucket,
+                                                              self.teacher.max_len))
+            self.cache.commit(range(size))
             aux.append(out.aux_hidden[0])
             logits = out.logits[0, -1]
             seconds += out.seconds
+            off += size
         return logits, np.concatenate(aux, 0), seconds
 
     # ----- one speculative step -----------------------------------------------------------------------
-    def _bucket(self, num_nodes: int) -> int:
-        return self.teacher.runtime.bucket_for(num_nodes)
-
-    def _check(self, layout: TreeLayout, L: int, mask: np.ndarray) -> None:
-        check_tree(layout, self.teacher.cfg.vocab_size)
-        if self.reference:
-            naive = _naive_tree_mask(layout, L, self.teacher.max_len)
-            if not np.array_equal(naive, mask):
-                raise TreeInvariantError("reference cross-check: tree_attention_mask differs from a naive "
-                                         "ancestor walk")
-
-    def _step(self, root: int, sampling: SamplingParams, rng: np.random.Generator, step: int) -> StepTrace:
+    def _step(self, root: int, proposer: Proposer, sampling: SamplingParams, rng: np.random.Generator,
+              step: int) -> StepTrace:
         t0 = time.perf_counter()
-        layout = self.proposer.propose(root)
+        layout = proposer.propose(root)
         t1 = time.perf_counter()
         if int(layout.tokens[0]) != root:
             raise TreeInvariantError(f"proposer returned a tree whose root token {int(layout.tokens[0])} is not "
                                      f"the last emitted token {root}")
-        n = layout.num_nodes
-        bucket = self._bucket(n)
+        if layout.num_nodes > proposer.max_nodes:
+            raise TreeInvariantError(f"proposer returned {layout.num_nodes} nodes, more than its max_nodes="
+                                     f"{proposer.max_nodes}")
+        check_tree(layout, self.teacher.cfg.vocab_size)
+        bucket = self.runtime.buckets.fit(layout.num_nodes)
         if self.cache.committed_len + bucket > self.cache.max_len:
             # Near the end of the cache: verify the root alone if that still fits (raises when it does not).
-            layout, n, bucket = TreeLayout.single(root), 1, 1
+            layout, bucket = TreeLayout.single(root), 1
         L = self.cache.begin_round(bucket)
-        mask = tree_attention_mask(layout, L, self.teacher.max_len)
-        self._check(layout, L, mask)
-        positions = layout.positions(L)[None, :]
-        rows = L + np.arange(n)[None, :]
-        out = self.teacher.forward(layout.tokens[None, :], positions, rows, mask, bucket)
+        inputs = ForwardInputs.for_tree(layout, L, bucket, self.teacher.max_len)
+        if self.reference:
+            _cross_check_mask(layout, inputs.mask, L)
         t2 = time.perf_counter()
-        logits = out.logits[0]
-        acc = accept_sampling(layout, logits, sampling, rng)
+        out = self.teacher.forward(inputs)
+        t3 = time.perf_counter()
+        acc = accept_sampling(layout, out.logits[0], sampling, rng)
         if self.reference:
             for a, b in zip(acc.path[:-1], acc.path[1:]):
                 if int(layout.parents[b]) != a:
                     raise TreeInvariantError(f"reference cross-check: accepted path {acc.path} is not a tree path")
-        chain = acc.path == tuple(range(len(acc.path)))
-        mode = self.commit_mode or (CommitMode.LENGTH if chain else CommitMode.PATH_INDEX)
-        if mode is CommitMode.LENGTH and not chain:
-            mode = CommitMode.PATH_INDEX  # LENGTH applies only to paths already in place
-        self.cache.commit(acc.path, mode)
-        self.proposer.accept(acc, out.aux_hidden[0, list(acc.path)])
-        t3 = time.perf_counter()
-        return StepTrace(step=step, committed_len=L, tree_nodes=n, bucket=bucket,
-                         depth=int(layout.depth[: n].max()), accepted_len=acc.num_accepted, bonus=acc.bonus,
-                         path=acc.path, tokens=acc.tokens, commit_mode=mode.value,
-                         draft_ms=(t1 - t0) * 1000, verify_ms=(t2 - t1) * 1000, commit_ms=(t3 - t2) * 1000,
-                         teacher_ms=out.seconds * 1000)
+        t4 = time.perf_counter()
+        self.cache.commit(acc.path)
+        t5 = time.perf_counter()
+        proposer.accept(acc, out.aux_hidden[0, list(acc.path)])
+        t6 = time.perf_counter()
+        ms = 1000.0
+        return StepTrace(step=step, committed_len=L, tree_nodes=layout.num_nodes, bucket=bucket,
+                         depth=layout.max_depth, accepted_len=acc.num_accepted, bonus=acc.bonus, path=acc.path,
+                         tokens=acc.tokens, grow_ms=(t1 - t0) * ms, verify_ms=(t3 - t2) * ms,
+                         commit_ms=(t5 - t4) * ms, update_ms=(t6 - t5) * ms, host_ms=((t2 - t1) + (t4 - t3)) * ms)
 
     # ----- the loop -----------------------------------------------------------------------------------
     def generate(self, prompt: Sequence[int], max_new_tokens: int, eos_token_ids: Sequence[int] = (),
-                 sampling: SamplingParams = SamplingParams(), on_token: Callable[[int], None] | None = None,
+                 sampling: SamplingParams = SamplingParams(), proposer: Proposer | None = None,
+                 on_token: Callable[[int], None] | None = None,
                  on_step: Callable[[StepTrace], None] | None = None) -> Generation:
-        """Generate up to ``max_new_tokens`` tokens after ``prompt``. Stops at EOS (included), the token limit or
-        a full cache (tokens so far returned). Errors in the request raise before anything is written; the
-        engine is reset at the start of every request, so it stays usable after an error."""
-        if max_new_tokens < 1:
-            raise ConfigError(f"max_new_tokens={max_new_tokens}: must be >= 1")
-        validate_prompt(prompt, self.teacher)
+        """Generate up to ``max_new_tokens`` tokens after ``prompt`` with ``proposer`` (None: teacher only).
+        Stops at EOS (included), the token limit or a full cache (tokens so far returned). Errors in the request
+        raise before anything is written; the cache is reset at the start of every request, so the engine stays
+        usable after an error."""
+        ids = validate_request(prompt, max_new_tokens, self.teacher.cfg.vocab_size, self.teacher.max_len)
+        proposer = proposer if proposer is not None else RootOnlyProposer()
+        self.check_proposer(proposer)
         self.cache.reset()
         eos = {int(e) for e in eos_token_ids}
         rng = np.random.default_rng(sampling.seed)
         t0 = time.perf_counter()
-        logits, aux, prefill_s = self._prefill(prompt)
+        logits, aux, prefill_s = self._prefill(ids)
         root = sample_token(logits, sampling, rng)
         ttft = time.perf_counter() - t0
-        self.proposer.begin(prompt, aux, root)
+        proposer.begin(ids, aux, root)
         tokens = [root]
         if on_token:
             on_token(root)
@@ -212,7 +238,7 @@ class SpeculativeEngine:
         stop = "eos" if root in eos else "max_new_tokens"
         while stop != "eos" and len(tokens) < max_new_tokens:
             try:
-                trace = self._step(root, sampling, rng, len(steps))
+                trace = self._step(root, proposer, sampling, rng, len(steps))
             except CacheCapacityError:
                 stop = "cache_full"
                 break
@@ -229,23 +255,31 @@ class SpeculativeEngine:
                 if len(tokens) >= max_new_tokens:
                     break
             root = trace.bonus
-        return Generation(tuple(int(t) for t in prompt), tuple(tokens[:max_new_tokens]), stop, ttft,
-                          time.perf_counter() - t0, tuple(steps), prefill_s)
+        return Generation(tuple(ids), tuple(tokens[:max_new_tokens]), stop, ttft, time.perf_counter() - t0,
+                          tuple(steps), prefill_s)
 
 
-def _naive_tree_mask(layout: TreeLayout, committed_len: int, cache_len: int) -> np.ndarray:
-    """Reference-mode cross-check: the tree mask by walking parents node by node (no vectorised tables)."""
-    n = layout.num_nodes
-    mask = np.full((1, 1, n, cache_len), MASK_VALUE, np.float32)
+def greedy_generate(teacher: Teacher, prompt: Sequence[int], max_new_tokens: int, eos_token_ids: Sequence[int] = (),
+                    on_token: Callable[[int], None] | None = None) -> Generation:
+    """Teacher-only greedy decoding: the loop above with one-node trees. A convenience for one-off calls (each
+    call builds an engine; a server keeps one ``SpeculativeEngine`` per teacher)."""
+    return SpeculativeEngine(teacher).generate(prompt, max_new_tokens, eos_token_ids, on_token=on_token)
+
+
+def _cross_check_mask(layout: TreeLayout, mask: np.ndarray, committed_len: int) -> None:
+    """Reference mode: the real rows of the forward's mask equal a naive parent walk, node by node."""
+    n, cache_len = layout.num_nodes, mask.shape[-1]
+    naive = np.full((n, cache_len), MASK_VALUE, np.float32)
     for i in range(n):
-        mask[0, 0, i, :committed_len] = 0.0
+        naive[i, :committed_len] = 0.0
         j = i
         while True:
-            mask[0, 0, i, committed_len + j] = 0.0
-            if j == 0 or not layout.valid[i]:
+            naive[i, committed_len + j] = 0.0
+            if j == 0:
                 break
             j = int(layout.parents[j])
-    return mask
+    if not np.array_equal(naive, mask[0, 0, :n]):
+        raise TreeInvariantError("reference cross-check: tree_attention_mask differs from a naive ancestor walk")
 
 
-__all__ = ["Generation", "Proposer", "RootOnlyProposer", "SpeculativeEngine", "EagleError"]
+__all__ = ["Generation", "Proposer", "RootOnlyProposer", "SpeculativeEngine", "greedy_generate", "validate_request"]

@@ -1,13 +1,12 @@
 """``mindspore-eagle eval``: greedy vs speculative on every turn of the evaluation set, sharded, resumable.
 
-For each turn the teacher-only greedy baseline and the speculative engine run on the same prompt, one after
-the other in the same process. Graph compilation stays out of the timings: before the first turn both
-engines run untimed on a prompt of each bucket's length (every prefill and draft-context shape). A worker
+For each turn the teacher-only greedy baseline and the speculative run go through ``harness.compare`` on the same
+prompt, one after the other in the same process, after ``harness.warm_up`` compiled every shape. A worker
 writes its own trace file ``OUT/shard-RRR.jsonl`` (schema in ``mindspore_eagle.trace``): per turn, one
 line per speculative step, then one ``TurnSummary`` line; the whole block goes out in one write + ``fsync``.
 
-Sharding is deterministic and independent of timing. The unit is the *conversation* (``EvalItem``): sorted
-by id, worker ``rank`` of ``world`` takes ``items[rank::world]``, i.e. ``range(rank, n, world)``. Both turns of
+Sharding is deterministic and independent of timing (``mindspore_eagle.sharding``). The unit is the
+*conversation* (``EvalItem``): sorted by id, worker ``rank`` of ``world`` takes ``items[rank::world]``. Both turns of
 an MT-Bench question therefore run on one worker, turn 2 after turn 1, conditioned on turn 1's greedy answer
 (the speculative answer is the same when lossless; greedy is used either way). Seeds derive from the turn id
 (``turn_seed``), never from the rank, so 1, 2 or 4 workers produce the same tokens and the same tau.
@@ -15,9 +14,13 @@ an MT-Bench question therefore run on one worker, turn 2 after turn 1, condition
 Resume. On start a worker reads every shard file in ``OUT``: any turn with a summary line is finished and
 skipped (its greedy answer is read back when the next turn of its conversation needs it). Its own file is
 first truncated after the last complete turn, which drops a torn line or step lines whose summary was never
-written (an interrupted turn is rerun from scratch). Every session appends a "run" header; all headers in
-``OUT`` must carry the same ``RunConfig`` (another model, draft, budget or token limit needs another ``OUT``).
-``--limit`` is not part of it: a run with a larger limit continues a smaller one.
+written (an interrupted turn is rerun from scratch). Every session that runs a turn appends a "run" header, in
+the same write as its first turn (a session that fails before that -- a bad budget, a warm-up error -- leaves
+nothing behind, so the corrected rerun is not locked out); all headers in ``OUT`` must carry the same
+``RunConfig`` (another model, draft, budget or token limit needs another ``OUT``). The RunConfig holds the
+*content* fingerprints of the model and head directories (``fingerprint.directory_fingerprint``), not only their
+paths: a model re-converted or a head re-trained in place is refused on resume instead of being mixed into the
+trace. ``--limit`` is not part of it: a run with a larger limit continues a smaller one.
 
 ``merge`` joins the shards into ``OUT/merged.jsonl``: one header, then the turns sorted by id (each turn's
 steps, then its summary); a turn present twice (only possible if shards of different runs were copied in) is
@@ -37,10 +40,9 @@ from typing import Callable, Sequence
 
 from .errors import ConfigError
 from .evalset import EvalItem, spread_sample
-from .trace import TraceFile, TurnSummary, read_trace
-
-SHARD_GLOB = "shard-*.jsonl"
-MERGED_NAME = "merged.jsonl"
+from .harness import compare, warm_up
+from .sharding import shard as shard_items
+from .trace import MERGED_NAME, SHARD_GLOB, TraceFile, TurnSummary, read_trace
 
 
 def shard_path(out_dir: str, rank: int) -> str:
@@ -53,11 +55,12 @@ class RunConfig:
 
     model: str  # teacher model directory
     draft: str  # draft head directory, or "oracle" / "wrong"
+    model_fingerprint: str  # content of the model directory (fingerprint.directory_fingerprint)
+    draft_fingerprint: str  # content of the head directory; "" for oracles
     max_nodes: int
     depth: int
     top_k: int
     window: int | None  # draft context window (None: full context)
-    commit: str  # "auto" | "length" | "path_index"
     exec_mode: str  # "performance" | "reference"
     max_cache_len: int
     max_new_tokens: int
@@ -66,27 +69,27 @@ class RunConfig:
     prefill_chunk: int = 64
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ConfigError(f"RunConfig.max_new_tokens={self.max_new_tokens}: must be >= 1")
-        if self.commit not in ("auto", "length", "path_index"):
-            raise ConfigError(f"RunConfig.commit={self.commit!r}: expected auto, length or path_index")
+        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ConfigError(f"RunConfig.max_new_tokens={self.max_new_tokens!r}: must be an integer >= 1")
 
     def to_dict(self) -> dict:
         """JSON-shaped (tuples as lists), so it compares equal to a header read back from a file."""
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
     @classmethod
-    def for_teacher(cls, teacher, **kw) -> "RunConfig":
-        """A RunConfig whose runtime fields (exec mode, cache length, buckets) are ``teacher``'s."""
-        rt = teacher.runtime
-        return cls(exec_mode=rt.exec_mode, max_cache_len=rt.max_cache_len, buckets=tuple(rt.buckets),
-                   prefill_chunk=rt.prefill_chunk, **kw)
+    def for_stack(cls, stack, items: Sequence[EvalItem], max_new_tokens: int, window: int | None = None
+                  ) -> "RunConfig":
+        """The RunConfig of evaluating ``items`` with a ``build.Stack`` (runtime fields are its teacher's)."""
+        from .evalset import evalset_digest
+        from .fingerprint import directory_fingerprint
 
-    @property
-    def commit_mode(self):
-        from .cache import CommitMode
-
-        return None if self.commit == "auto" else CommitMode(self.commit)
+        rt, budget = stack.teacher.runtime, stack.budget
+        draft_fp = directory_fingerprint(stack.draft_label) if os.path.isdir(stack.draft_label) else ""
+        return cls(model=stack.model_dir, draft=stack.draft_label, model_fingerprint=directory_fingerprint(
+                   stack.model_dir), draft_fingerprint=draft_fp, max_nodes=budget.max_nodes, depth=budget.depth,
+                   top_k=budget.top_k, window=window, exec_mode=rt.exec_mode.value, max_cache_len=rt.max_cache_len,
+                   max_new_tokens=max_new_tokens, evalset=evalset_digest(items), buckets=rt.buckets.sizes,
+                   prefill_chunk=rt.prefill_chunk)
 
 
 # ----- sharding and seeds ------------------------------------------------------------------------------------
@@ -98,14 +101,12 @@ def turn_seed(turn_id: str) -> int:
 
 
 def shard(items: Sequence[EvalItem], rank: int, world: int) -> list[EvalItem]:
-    """The conversations of worker ``rank``: ``range(rank, n, world)`` over the items sorted by id."""
-    if not (isinstance(world, int) and world >= 1 and isinstance(rank, int) and 0 <= rank < world):
-        raise ConfigError(f"rank={rank}, world={world}: need world >= 1 and 0 <= rank < world")
+    """The conversations of worker ``rank``: ``sharding.shard`` over the items sorted by id."""
     ordered = sorted(items, key=lambda i: i.id)
     ids = [i.id for i in ordered]
     if len(set(ids)) != len(ids):
         raise ConfigError("evaluation set has duplicate conversation ids")
-    return [ordered[j] for j in range(rank, len(ordered), world)]
+    return shard_items(ordered, rank, world)
 
 
 def select_turns(items: Sequence[EvalItem], limit: int | None = None, spread: bool = False) -> list[str]:
@@ -158,24 +159,6 @@ def build_prompt(item: EvalItem, k: int, answers: Sequence[Sequence[int]], token
     return list(tokenizer.encode_chat(messages))
 
 
-# ----- proposers ---------------------------------------------------------------------------------------------
-
-
-def proposer_factory(draft: str | None, teacher, budget, window: int | None = None
-                     ) -> tuple[Callable, str]:
-    """``(make_proposer(greedy_generation), label)``: oracles read that request's greedy output; a real head is
-    loaded once (``draft`` None: the default head) and reused (``begin`` resets it)."""
-    if draft in ("oracle", "wrong"):
-        from .oracle import OracleProposer
-
-        mode = draft
-        return (lambda greedy: OracleProposer(greedy.tokens, budget.depth, teacher.cfg.vocab_size, mode)), draft
-    from .draft import default_head_dir, load_proposer
-
-    proposer = load_proposer(draft, teacher, budget, window)
-    return (lambda greedy: proposer), os.path.abspath(draft or default_head_dir())
-
-
 # ----- reading what is done ----------------------------------------------------------------------------------
 
 
@@ -185,8 +168,15 @@ def _check_headers(tf: TraceFile, config: dict) -> None:
         if old != config:
             diff = {k: (old.get(k), config.get(k)) for k in sorted(set(old) | set(config))
                     if old.get(k) != config.get(k)}
-            raise ConfigError(f"{tf.path} was written with a different configuration {diff} (old, new); resume "
-                              "only with identical settings, or use another --out directory")
+            changed = [k for k in ("model_fingerprint", "draft_fingerprint") if k in diff]
+            why = ""
+            if changed and all(old.get(k[:-len("_fingerprint")]) == config.get(k[:-len("_fingerprint")])
+                               for k in changed):
+                what = " and ".join(config.get(k[:-len("_fingerprint")]) for k in changed)
+                why = (f": the content of {what} changed since that run (re-converted or re-trained in place?), so "
+                       "its turns come from another model")
+            raise ConfigError(f"{tf.path} was written with a different configuration {diff} (old, new){why}; resume "
+                              "only with identical settings and models, or use another --out directory")
 
 
 def finished_turns(out_dir: str, config: dict | None = None) -> dict[str, TurnSummary]:
@@ -224,14 +214,12 @@ def _append(f, text: str) -> None:
 # ----- the runner --------------------------------------------------------------------------------------------
 
 
-def run_shard(teacher, items: Sequence[EvalItem], make_proposer: Callable, config: RunConfig, out_dir: str,
-              rank: int = 0, world: int = 1, *, tokenizer=None, eos: Sequence[int] = (), limit: int | None = None,
-              spread: bool = False, log: Callable[[str], None] = print, on_turn: Callable[[TurnSummary], None] | None = None
-              ) -> list[TurnSummary]:
-    """Run this worker's unfinished turns, appending each to ``shard_path(out_dir, rank)``; return the
-    summaries written in this session. ``on_turn`` is called after each turn is on disk."""
-    from .bench import PerRequestProposer
-    from .engine import SpeculativeEngine
+def run_shard(stack, items: Sequence[EvalItem], config: RunConfig, out_dir: str, rank: int = 0, world: int = 1, *,
+              limit: int | None = None, spread: bool = False, log: Callable[[str], None] = print,
+              on_turn: Callable[[TurnSummary], None] | None = None) -> list[TurnSummary]:
+    """Run this worker's unfinished turns with ``stack`` (a ``build.Stack`` with a draft), appending each to
+    ``shard_path(out_dir, rank)``; return the summaries written in this session. ``on_turn`` is called after
+    each turn is on disk."""
     from .verify import SamplingParams
 
     os.makedirs(out_dir, exist_ok=True)
@@ -251,23 +239,14 @@ def run_shard(teacher, items: Sequence[EvalItem], make_proposer: Callable, confi
         f"{len(todo)} to run, {len(mine_selected) - len(todo)} already finished")
     header = {"record": "run", "config": cfg, "rank": rank, "world": world, "selected": selected,
               "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "pid": os.getpid()}
+    pending_header = json.dumps(header, separators=(",", ":")) + "\n"  # written with this session's first turn
     written: list[TurnSummary] = []
+    if not todo:
+        return written
     with open(path, "a", encoding="utf-8") as f:
-        _append(f, json.dumps(header, separators=(",", ":")) + "\n")
-        if not todo:
-            return written
-        eos = tuple(int(e) for e in eos)
-        greedy_engine = SpeculativeEngine(teacher)
-        state = {"greedy": None}
-        spec_engine = SpeculativeEngine(teacher, PerRequestProposer(make_proposer, state), config.commit_mode)
-        # Warm-up (untimed): compile every shape both loops can use before the first timed turn. A prompt of
-        # each bucket's length compiles that prefill bucket and the draft's context chunk of the same size.
-        first = build_prompt(mine[0], 0, [], tokenizer, eos)
-        rt = teacher.runtime
-        for b in [b for b in rt.buckets if b <= rt.prefill_chunk and b + 16 < teacher.max_len] or [len(first)]:
-            warm = (first * (b // len(first) + 1))[:b]
-            state["greedy"] = greedy_engine.generate(warm, min(8, config.max_new_tokens), eos)
-            spec_engine.generate(warm, min(16, config.max_new_tokens), eos)
+        eos = stack.eos
+        warm_up(stack.engine, stack.proposer_for, build_prompt(mine[0], 0, [], stack.tokenizer, eos),
+                config.max_new_tokens, eos)
         for item in mine:
             answers: list[Sequence[int]] = []
             for k, tid in enumerate(item.turn_ids):
@@ -276,16 +255,15 @@ def run_shard(teacher, items: Sequence[EvalItem], make_proposer: Callable, confi
                 if tid in done:
                     answers.append(done[tid].output_ids)
                     continue
-                prompt = build_prompt(item, k, answers, tokenizer, eos)
+                prompt = build_prompt(item, k, answers, stack.tokenizer, eos)
                 sampling = SamplingParams(seed=turn_seed(tid))  # greedy: the seed draws nothing, but is per turn
-                g = greedy_engine.generate(prompt, config.max_new_tokens, eos, sampling)
-                state["greedy"] = g
-                s = spec_engine.generate(prompt, config.max_new_tokens, eos, sampling)
-                summary = summarize_turn(tid, item.category, rank, g, s)
-                block = "".join(st.to_json(record="step", turn=tid) + "\n" for st in s.steps) + summary.to_json() + "\n"
-                _append(f, block)
+                r = compare(stack.engine, prompt, stack.proposer_for, config.max_new_tokens, eos, sampling)
+                summary = summarize_turn(tid, item.category, rank, r.greedy, r.spec)
+                block = "".join(st.to_json(record="step", turn=tid) + "\n" for st in r.spec.steps) + summary.to_json() + "\n"
+                _append(f, pending_header + block)
+                pending_header = ""
                 written.append(summary)
-                answers.append(g.tokens)
+                answers.append(r.greedy.tokens)
                 tau = f"{summary.tau:5.2f}" if summary.tau is not None else "  n/a"
                 log(f"[rank {rank}] {tid:<16} {summary.tokens:>4} tok  greedy {summary.greedy_tok_s:7.2f} tok/s  "
                     f"spec {summary.spec_tok_s:7.2f} tok/s  tau {tau}  speedup {summary.speedup:5.2f}  "
@@ -307,9 +285,11 @@ def summarize_turn(turn_id: str, category: str, rank: int, greedy, spec) -> Turn
         greedy_tok_s=round(greedy.tok_s, 4), spec_tok_s=round(spec.tok_s, 4),
         speedup=round(spec.tok_s / greedy.tok_s, 4), cycles=spec.cycles, emitted=emitted,
         tau=round(emitted / spec.cycles, 4) if spec.cycles else None,
-        spec_teacher_s=round(spec.teacher_s, 6), spec_draft_s=round(spec.seconds("draft"), 6),
+        spec_teacher_s=round(spec.teacher_s, 6),
+        spec_draft_s=round(spec.seconds("grow") + spec.seconds("update"), 6),
         lossless=lossless, output_ids=tuple(int(t) for t in greedy.tokens),
-        spec_ids=None if lossless else tuple(int(t) for t in spec.tokens))
+        spec_ids=None if lossless else tuple(int(t) for t in spec.tokens),
+        spec_host_s=round(spec.seconds("host"), 6))
 
 
 # ----- merge -------------------------------------------------------------------------------------------------
@@ -364,80 +344,42 @@ def merge(out_dir: str, out_path: str | None = None) -> MergeResult:
 # ----- set-up shared by the CLI and scripts/ ------------------------------------------------------------------
 
 
-@dataclass
-class Setup:
-    teacher: object
-    tokenizer: object  # None for token-id sets
-    items: list
-    eos: tuple
-    model_dir: str
-
-
-def load_setup(model: str | None = None, *, max_cache_len: int = 1024, exec_mode: str = "performance",
-               device: str = "CPU", eval_set: str | None = None, subset: str = "all",
-               buckets: Sequence[int] | None = None, prefill_chunk: int | None = None) -> Setup:
-    """Teacher (``model`` or the installed default), the evaluation items (the default 240-turn set or a custom
-    JSONL), its tokenizer when the turns are text, and the end-of-turn ids (model config + tokenizer)."""
-    from .assets import require_default_model
-    from .config import RuntimeConfig
+def load_items(eval_set: str | None = None, subset: str = "all") -> list[EvalItem]:
+    """The default 240-turn set (``subset`` all / mtbench / humaneval) or a custom JSONL set."""
     from .evalset import load_custom, load_evalset
-    from .teacher import Teacher
-    from .tokenizer import load_tokenizer
 
-    items = load_custom(eval_set) if eval_set else load_evalset(subset)
-    model_dir = os.path.abspath(model or require_default_model())
-    extra = {}
-    if buckets:
-        extra["buckets"] = tuple(int(b) for b in buckets)
-    if prefill_chunk:
-        extra["prefill_chunk"] = int(prefill_chunk)
-    teacher = Teacher.load(model_dir, RuntimeConfig(max_cache_len=max_cache_len, exec_mode=exec_mode, device=device,
-                                                    **extra))
-    tok = load_tokenizer(model_dir) if any(i.turns for i in items) else None
-    eos = tuple(int(e) for e in teacher.cfg.eos_token_ids) + (tuple(tok.eos_token_ids) if tok is not None else ())
-    return Setup(teacher, tok, items, tuple(dict.fromkeys(eos)), model_dir)
+    return load_custom(eval_set) if eval_set else load_evalset(subset)
 
 
-def prepare_run(setup: Setup, draft: str | None, budget, window: int | None, commit: str, max_new_tokens: int,
-                teacher=None) -> tuple[Callable, RunConfig]:
-    """The proposer factory and the ``RunConfig`` of one configuration (``teacher`` defaults to the setup's)."""
-    from .evalset import evalset_digest
-
-    teacher = teacher or setup.teacher
-    make_proposer, label = proposer_factory(draft, teacher, budget, window)
-    config = RunConfig.for_teacher(teacher, model=setup.model_dir, draft=label, max_nodes=budget.max_nodes,
-                                   depth=budget.depth, top_k=budget.top_k, window=window, commit=commit,
-                                   max_new_tokens=max_new_tokens, evalset=evalset_digest(setup.items))
-    return make_proposer, config
-
-
-def evaluate_variant(setup: Setup, out_dir: str, *, draft: str | None, budget, window: int | None = None,
-                     commit: str = "auto", max_new_tokens: int = 256, limit: int | None = None, spread: bool = False,
-                     teacher=None, log: Callable[[str], None] = print) -> dict:
+def evaluate_variant(stack, items: Sequence[EvalItem], out_dir: str, *, max_new_tokens: int = 256,
+                     window: int | None = None, limit: int | None = None, spread: bool = False,
+                     log: Callable[[str], None] = print) -> dict:
     """One configuration end to end (run or resume in ``out_dir``, merge, metrics): the building block of the
-    sweep and ablation scripts. ``teacher`` overrides ``setup.teacher`` (e.g. one in another exec mode)."""
+    sweep and ablation scripts. ``stack`` carries the draft (``Stack.with_draft``)."""
     from .report import load, metrics
 
-    teacher = teacher or setup.teacher
-    make_proposer, config = prepare_run(setup, draft, budget, window, commit, max_new_tokens, teacher)
-    run_shard(teacher, setup.items, make_proposer, config, out_dir, tokenizer=setup.tokenizer, eos=setup.eos,
-              limit=limit, spread=spread, log=log)
+    config = RunConfig.for_stack(stack, items, max_new_tokens, window)
+    run_shard(stack, items, config, out_dir, limit=limit, spread=spread, log=log)
     loaded = load([merge(out_dir).path])
     return metrics(loaded.turns, loaded.steps)
 
 
-def resolve_rank(rank: int | None, world: int | None) -> tuple[int, int]:
-    """``--rank/--world`` if given, else msrun's ``RANK_ID`` / ``RANK_SIZE``, else a single worker."""
-    env_world = os.environ.get("RANK_SIZE")
-    if world is None:
-        world = int(env_world) if env_world else 1
-    if rank is None:
-        rank = int(os.environ.get("RANK_ID", "0")) if world > 1 else 0
-    if not (world >= 1 and 0 <= rank < world):
-        raise ConfigError(f"rank={rank}, world={world}: need world >= 1 and 0 <= rank < world")
-    return rank, world
+__all__ = ["MERGED_NAME", "MergeResult", "RunConfig", "add_variant_flags", "build_prompt", "evaluate_variant",
+           "finished_turns",
+           "load_items", "merge", "repair_shard", "run_shard", "select_turns", "shard", "shard_path",
+           "summarize_turn", "turn_seed"]
 
 
-__all__ = ["MERGED_NAME", "MergeResult", "RunConfig", "Setup", "build_prompt", "evaluate_variant", "finished_turns",
-           "load_setup", "merge", "prepare_run", "proposer_factory", "repair_shard", "resolve_rank", "run_shard",
-           "select_turns", "shard", "shard_path", "summarize_turn", "turn_seed"]
+def add_variant_flags(ap) -> None:
+    """The flags every sweep/ablation script shares (``scripts/sweep_budget.py``, ``scripts/ablate.py``)."""
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--limit", type=int, default=24, help="turns per variant (default 24)")
+    ap.add_argument("--sample", choices=["spread", "first"], default="spread",
+                    help="spread: first turns of LIMIT conversations spread over the set (default); "
+                         "first: the first LIMIT turns by id")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--draft", default=None, help="head directory (default: the shipped head) or 'oracle'")
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--subset", default="all", choices=["all", "mtbench", "humaneval"])
+    ap.add_argument("--eval-set", default=None)
+    ap.add_argument("--max-cache-len", type=int, default=1024)

@@ -22,6 +22,7 @@ class OracleProposer:
             raise ConfigError(f"OracleProposer depth={depth}: must be >= 1")
         self.future = list(future)  # the teacher's greedy output, first token included
         self.depth, self.vocab, self.mode = depth, vocab_size, mode
+        self.max_nodes = depth + 1  # a chain: the root and up to ``depth`` drafts
         self.pos = 0
 
     def begin(self, prompt, aux_hidden, first_token) -> None:

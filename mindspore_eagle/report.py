@@ -26,8 +26,7 @@ import numpy as np
 
 from .bench import speedup_stats
 from .errors import ConfigError
-from .evaluate import MERGED_NAME, SHARD_GLOB
-from .trace import TurnSummary, read_trace
+from .trace import MERGED_NAME, SHARD_GLOB, TurnSummary, read_trace
 
 PLOTS_SKIPPED = "plots skipped: matplotlib is not installed (pip install matplotlib)"
 
@@ -103,16 +102,24 @@ def metrics(turns: Sequence[TurnSummary], steps: dict | None = None) -> dict:
         "corr_tau_speedup": _round(corr),
         "tok_s_greedy": _round(sum(t.tokens for t in turns) / sum(t.greedy_s for t in turns)),
         "tok_s_spec": _round(sum(t.spec_tokens for t in turns) / spec_s),
-        "overhead_share": _round(max(0.0, spec_s - sum(t.spec_teacher_s + t.spec_draft_s for t in turns)) / spec_s, 4),
+        "overhead_share": _overhead_share(turns, spec_s),
         "tokens": sum(t.tokens for t in turns),
         "cycles": cycles,
     }
     all_steps = [s for t in turns for s in (steps or {}).get(t.turn, [])]
     if all_steps:
         out["step_ms"] = {k: _round(float(np.mean([getattr(s, f"{k}_ms") for s in all_steps])), 2)
-                          for k in ("draft", "verify", "commit", "teacher")}
+                          for k in ("grow", "verify", "commit", "update", "host")}
         out["tree_nodes_mean"] = _round(float(np.mean([s.tree_nodes for s in all_steps])), 2)
     return out
+
+
+def _overhead_share(turns: Sequence[TurnSummary], spec_s: float) -> float:
+    """Host time of the steps over spec time. Legacy traces (no ``spec_host_s``) get the old definition: spec time
+    outside teacher forwards and draft growth (it also counted the draft's catch-up and cache commits)."""
+    if all(t.spec_host_s is not None for t in turns):
+        return _round(sum(t.spec_host_s for t in turns) / spec_s, 4)
+    return _round(max(0.0, spec_s - sum(t.spec_teacher_s + t.spec_draft_s for t in turns)) / spec_s, 4)
 
 
 def breakdown(turns: Sequence[TurnSummary], key=lambda t: t.category) -> dict:

@@ -1,9 +1,10 @@
 """``Teacher``: a loaded teacher Cell plus what it takes to call it with static shapes.
 
 The Cell itself (``models.pangu.PanguForCausalLM``) is pure tensor math. This host-side wrapper owns the
-things a Cell must not do: choosing the execution mode (PyNative *reference* or compiled *performance*),
-padding every call to one of a few bucket sizes so graph mode compiles once per bucket, checking cache
-capacity before anything is written, and turning results back into numpy.
+things a Cell must not do: choosing the execution mode (PyNative *reference* or compiled *performance*) and
+turning numpy ``ForwardInputs`` (already padded to a bucket by ``tree.inputs``, the one padding rule) into a
+call and its results back into numpy. Capacity is not checked here: the rows of a forward are a round that
+the cache owner (``cache.BranchableKVCache.begin_round``) reserved.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .attention import AttentionChoice
 from .checkpoint import CKPT_NAME, load_strict
 from .config import RuntimeConfig, TeacherConfig
-from .errors import CacheCapacityError, ConfigError
+from .errors import ConfigError
 from .models.pangu import PanguForCausalLM
+from .tree.inputs import ForwardInputs
 
 
 def setup_mindspore(device: str = "CPU") -> None:
@@ -37,35 +40,35 @@ def setup_mindspore(device: str = "CPU") -> None:
 
 @dataclass(frozen=True)
 class ForwardOut:
-    """Numpy results of one teacher forward over ``num_tokens`` real tokens (padding already removed)."""
+    """Numpy results of one teacher forward over its real rows (padding rows already dropped)."""
 
-    logits: np.ndarray  # [B, T_real, vocab]
-    aux_hidden: np.ndarray  # [B, T_real, 3 * hidden]
-    seconds: float
+    logits: np.ndarray  # [B, num_real, vocab]
+    aux_hidden: np.ndarray  # [B, num_real, 3 * hidden]
+    seconds: float  # the call, device transfer of the results included
 
 
 class Teacher:
-    """A teacher Cell bound to a runtime: ``forward`` takes numpy ids/positions/rows/mask and pads to a bucket."""
+    """A teacher Cell bound to a runtime: ``forward(ForwardInputs)`` runs one static-shape forward.
 
-    def __init__(self, cfg: TeacherConfig, runtime: RuntimeConfig, cell: PanguForCausalLM | None = None):
+    ``attention`` is the attention core of every layer (``attention.AttentionChoice``; the builder passes the one
+    ``deploy.prepare`` picked); a draft head drafting for this teacher is built with the same choice.
+    """
+
+    def __init__(self, cfg: TeacherConfig, runtime: RuntimeConfig, attention: AttentionChoice = AttentionChoice()):
         setup_mindspore(runtime.device)
         self.cfg = cfg
         self.runtime = runtime
-        self.cell = cell if cell is not None else PanguForCausalLM(cfg, runtime.batch_size, runtime.max_cache_len)
-        self._fn = self._compile()
-        self.compile_seconds: dict[int, float] = {}
-
-    def _compile(self):
-        import mindspore as ms
-
-        return ms.jit(self.cell) if self.runtime.exec_mode == "performance" else self.cell
+        self.attention = attention
+        self.cell = PanguForCausalLM(cfg, runtime.batch_size, runtime.max_cache_len, attention)
+        self._fn = runtime.exec_mode.compile(self.cell)
 
     @classmethod
-    def load(cls, model_dir: str, runtime: RuntimeConfig | None = None) -> "Teacher":
+    def load(cls, model_dir: str, runtime: RuntimeConfig | None = None,
+             attention: AttentionChoice = AttentionChoice()) -> "Teacher":
         """Load a converted model directory (``config.json`` + ``weights.safetensors``), strictly."""
         runtime = runtime or RuntimeConfig()
         cfg = TeacherConfig.load(model_dir)
-        teacher = cls(cfg, runtime)
+        teacher = cls(cfg, runtime, attention)
         load_strict(teacher.cell.weight_parameters(), os.path.join(model_dir, CKPT_NAME))
         return teacher
 
@@ -73,50 +76,19 @@ class Teacher:
     def max_len(self) -> int:
         return self.runtime.max_cache_len
 
-    def check_capacity(self, first_row: int, bucket: int) -> None:
-        """Refuse (before any write) a forward whose padded rows would run past the cache."""
-        if first_row < 0 or first_row + bucket > self.max_len:
-            raise CacheCapacityError(f"writing {bucket} cache rows from row {first_row} exceeds the cache "
-                                     f"capacity max_cache_len={self.max_len}")
-
-    def forward(self, ids: np.ndarray, positions: np.ndarray, rows: np.ndarray, mask: np.ndarray,
-                bucket: int | None = None) -> ForwardOut:
-        """One forward over ``T`` tokens: ``ids, positions, rows [B, T]``; ``mask [B, 1, T, max_len]`` additive.
-
-        Inputs are padded to ``bucket`` (default: the smallest runtime bucket >= T). Padding tokens are
-        written to the rows that follow the last real row (inside the speculative region), are hidden from
-        every real token by the mask, and their outputs are dropped.
-        """
+    def forward(self, inputs: ForwardInputs) -> ForwardOut:
+        """One forward of ``inputs`` (``ids, positions, rows [B, bucket]``, ``mask [B, 1, bucket, max_len]``);
+        results of the first ``inputs.num_real`` rows."""
         import mindspore as ms
 
-        b, t = ids.shape
-        if b != self.runtime.batch_size:
-            raise ConfigError(f"batch of {b} sequences, but the runtime was built for batch_size="
-                              f"{self.runtime.batch_size}")
-        bucket = bucket or self.runtime.bucket_for(t)
-        if t > bucket:
-            raise ConfigError(f"{t} tokens do not fit bucket {bucket}")
-        first = int(rows.min())
-        self.check_capacity(first, bucket)
-        if int(rows.max()) >= self.max_len:
-            raise CacheCapacityError(f"cache row {int(rows.max())} is outside max_cache_len={self.max_len}")
-        pad = bucket - t
-        if pad:
-            last = rows.max(axis=1, keepdims=True)
-            pad_rows = last + np.arange(1, pad + 1)[None, :]
-            if int(pad_rows.max()) >= self.max_len:
-                raise CacheCapacityError(f"bucket {bucket} padding would write row {int(pad_rows.max())} beyond "
-                                         f"max_cache_len={self.max_len}")
-            ids = np.concatenate([ids, np.zeros((b, pad), ids.dtype)], 1)
-            positions = np.concatenate([positions, np.broadcast_to(positions[:, -1:], (b, pad))], 1)
-            rows = np.concatenate([rows, pad_rows], 1)
-            pad_mask = np.zeros((b, 1, pad, self.max_len), np.float32)  # padding rows see everything: harmless
-            mask = np.concatenate([mask, pad_mask], 2)
+        b, t = inputs.ids.shape
+        if b != self.runtime.batch_size or inputs.mask.shape != (b, 1, t, self.max_len):
+            raise ConfigError(f"forward inputs ids {inputs.ids.shape}, mask {inputs.mask.shape}: the runtime was built "
+                              f"for batch_size={self.runtime.batch_size}, max_cache_len={self.max_len}")
         start = time.perf_counter()
-        logits, aux = self._fn(ms.Tensor(ids.astype(np.int32)), ms.Tensor(positions.astype(np.int32)),
-                               ms.Tensor(mask.astype(np.float32)), ms.Tensor(rows.astype(np.int32)))
-        logits_np = logits.asnumpy()[:, :t]
-        aux_np = aux.asnumpy()[:, :t]
-        seconds = time.perf_counter() - start
-        self.compile_seconds.setdefault(bucket, seconds)
-        return ForwardOut(logits_np, aux_np, seconds)
+        logits, aux = self._fn(ms.Tensor(inputs.ids.astype(np.int32)), ms.Tensor(inputs.positions.astype(np.int32)),
+                               ms.Tensor(inputs.mask.astype(np.float32)), ms.Tensor(inputs.rows.astype(np.int32)))
+        n = inputs.num_real
+        logits_np = logits.asnumpy()[:, :n]
+        aux_np = aux.asnumpy()[:, :n]
+        return ForwardOut(logits_np, aux_np, time.perf_counter() - start)

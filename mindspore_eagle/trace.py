@@ -1,9 +1,18 @@
 """Structured traces: one record per speculative step (``StepTrace``) and, in evaluation traces, one per turn
 (``TurnSummary``), written as JSON lines; ``read_trace`` reads an evaluation trace back.
 
-The schema is these dataclasses (field names are the JSON keys). ``draft_ms`` is the proposer's tree growth,
-``verify_ms`` the host checks + mask + teacher forward (``teacher_ms`` of it is the forward alone), and
-``commit_ms`` acceptance + cache commit + the draft's catch-up.
+The schema is these dataclasses (field names are the JSON keys). A step's time is split into five phases
+that add up to the step (``engine.SpeculativeEngine._step``):
+
+  grow_ms    the proposer's ``propose``: draft tree growth (EAGLE-3 forwards, suffix lookup, merging)
+  verify_ms  the teacher's verification forward, device transfer of its results included
+  commit_ms  the teacher cache commit (row moves of the accepted path)
+  update_ms  the proposer's ``accept``: the draft head's catch-up forward on the committed tokens
+  host_ms    everything else on the host: tree checks, padding, mask, acceptance
+
+Traces written before this split (``draft_ms``, ``teacher_ms``, a ``commit_ms`` that included the draft's
+catch-up, ``commit_mode``) are read as legacy steps: grow = draft, verify = teacher, host = the old verify
+minus the forward, commit = the old commit (the draft's catch-up included), update = 0.
 """
 
 from __future__ import annotations
@@ -12,6 +21,9 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from typing import IO, Any
+
+SHARD_GLOB = "shard-*.jsonl"  # an evaluation worker's trace file (``evaluate.shard_path``)
+MERGED_NAME = "merged.jsonl"  # the merged trace of an evaluation directory
 
 
 @dataclass(frozen=True)
@@ -25,11 +37,11 @@ class StepTrace:
     bonus: int  # the teacher's token after the accepted path
     path: tuple[int, ...]  # accepted node indices, root first
     tokens: tuple[int, ...]  # tokens emitted by the step: accepted drafts then the bonus
-    commit_mode: str  # "length" or "path_index"
-    draft_ms: float
+    grow_ms: float
     verify_ms: float
     commit_ms: float
-    teacher_ms: float
+    update_ms: float
+    host_ms: float
 
     @property
     def emitted(self) -> int:
@@ -79,10 +91,11 @@ class TurnSummary:
     emitted: int  # tokens those steps emitted, bonus included (sum of StepTrace.emitted)
     tau: float | None  # emitted / cycles: mean tokens per cycle (None when the turn had no cycle)
     spec_teacher_s: float  # spec time inside teacher forwards (prefill + verification)
-    spec_draft_s: float  # spec time growing draft trees
+    spec_draft_s: float  # spec time in the proposer: tree growth + the draft's catch-up (grow + update phases)
     lossless: bool  # speculative tokens == greedy tokens
     output_ids: tuple[int, ...]  # the greedy output: the next turn of the conversation is conditioned on it
     spec_ids: tuple[int, ...] | None = None  # the speculative output when it differs from greedy, else None
+    spec_host_s: float | None = None  # spec host time of the steps (checks, mask, acceptance); None in legacy traces
 
     def to_json(self) -> str:
         d = {"record": "turn", **dataclasses.asdict(self)}
@@ -99,6 +112,9 @@ class TurnSummary:
 
 
 def step_from_dict(d: dict) -> StepTrace:
+    if "teacher_ms" in d:  # a legacy trace: see the module docstring
+        d = {**d, "grow_ms": d["draft_ms"], "host_ms": d["verify_ms"] - d["teacher_ms"],
+             "verify_ms": d["teacher_ms"], "update_ms": 0.0}
     names = {f.name for f in dataclasses.fields(StepTrace)}
     kw = {k: v for k, v in d.items() if k in names}
     kw["path"], kw["tokens"] = tuple(kw["path"]), tuple(kw["tokens"])

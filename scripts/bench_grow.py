@@ -6,7 +6,8 @@ context is a real teacher prefill of ``--context`` random tokens; the draft gets
 Reported (medians of interleaved repeats, after an untimed warm-up that compiles every graph):
   grow         ``propose()`` = the growth graph (``candidates()``: root logits + depth-1 levels) + the host
                selection (``select_tree``), timed separately;
-  commit       one draft context forward of a typical round (3 accepted + bonus = 4 entries, bucket 8);
+  update       one draft context forward of a typical round (3 accepted + bonus = 4 entries, bucket 8): the
+               catch-up of ``accept()``;
   decode       one teacher forward of one token (T = 1) at the same context length.
 Last stdout line: one JSON object.
 
@@ -63,7 +64,7 @@ def main() -> None:
     from mindspore_eagle.draft_config import DraftConfig, TreeBudget
     from mindspore_eagle.engine import SpeculativeEngine
     from mindspore_eagle.teacher import Teacher
-    from mindspore_eagle.tree.mask import causal_mask
+    from mindspore_eagle.tree import ForwardInputs, TreeLayout
 
     teacher = Teacher.load(require_default_model(), RuntimeConfig(max_cache_len=1024))
     tc = teacher.cfg
@@ -84,11 +85,10 @@ def main() -> None:
     proposer.begin(prompt, feats, root)
 
     L = len(prompt)
-    pos = np.array([[L]])
-    mask = causal_mask(L, 1, teacher.max_len)
+    step = ForwardInputs.for_tree(TreeLayout.single(root), L, 1, teacher.max_len)
 
     def decode():
-        teacher.forward(np.array([[root]]), pos, pos, mask, 1)  # rewrites row L each time; nothing committed
+        teacher.forward(step)  # rewrites row L each time; nothing committed
 
     commit_feats = rng.standard_normal((4, 3 * tc.hidden_size)).astype(np.float32)
 
@@ -102,7 +102,7 @@ def main() -> None:
     decode()
     commit_round()
     # Interleaved, so that a busy machine slows every measurement alike.
-    graph, select, commit, dec = [], [], [], []
+    graph, select, update, dec = [], [], [], []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
         cands = proposer.candidates()
@@ -113,18 +113,18 @@ def main() -> None:
         t3 = time.perf_counter()
         decode()
         t4 = time.perf_counter()
-        graph.append(t1 - t0), select.append(t2 - t1), commit.append(t3 - t2), dec.append(t4 - t3)
-    graph_ms, select_ms, commit_ms, decode_ms = (statistics.median(x) * 1000 for x in (graph, select, commit, dec))
+        graph.append(t1 - t0), select.append(t2 - t1), update.append(t3 - t2), dec.append(t4 - t3)
+    graph_ms, select_ms, update_ms, decode_ms = (statistics.median(x) * 1000 for x in (graph, select, update, dec))
     grow_ms = graph_ms + select_ms
     print(f"teacher: hidden {tc.hidden_size}, {tc.num_layers} layers; prefill {args.context} tokens {prefill_s:.1f} s")
     print(f"draft head: hidden {cfg.hidden_size}, draft vocab {cfg.draft_vocab_size}; budget {budget} "
           f"({budget.num_candidates} candidates, {budget.tree_rows} tree rows); growth compile {grow_compile_s:.1f} s")
     print(f"grow (propose):  {grow_ms:.1f} ms  (graph {graph_ms:.1f} ms + select {select_ms:.2f} ms); "
           f"tree of {tree.layout.num_nodes} nodes, depth {tree.layout.max_depth}")
-    print(f"draft commit (4 entries): {commit_ms:.1f} ms")
+    print(f"draft update (4 entries): {update_ms:.1f} ms")
     print(f"teacher decode step (T=1): {decode_ms:.1f} ms  -> grow / decode = {grow_ms / decode_ms:.2f}")
     print(json.dumps({"grow_ms": round(grow_ms, 2), "grow_graph_ms": round(graph_ms, 2),
-                      "select_ms": round(select_ms, 3), "draft_commit_ms": round(commit_ms, 2),
+                      "select_ms": round(select_ms, 3), "draft_update_ms": round(update_ms, 2),
                       "teacher_decode_ms": round(decode_ms, 2), "grow_over_decode": round(grow_ms / decode_ms, 3),
                       "depth": budget.depth, "top_k": budget.top_k, "max_nodes": budget.max_nodes,
                       "hidden": cfg.hidden_size, "draft_vocab": cfg.draft_vocab_size, "context": args.context,

@@ -15,28 +15,23 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mindspore_eagle.tree import (  # noqa: E402
-    TreeLayout,
-    check_tree,
-    choose_bucket,
-    tree_attention_mask,
-    tree_visibility,
-)
+from mindspore_eagle.config import Buckets  # noqa: E402
+from mindspore_eagle.tree import ForwardInputs, TreeLayout, check_tree, tree_attention_mask, tree_visibility  # noqa: E402
 
 VOCAB = 32000
 LEVEL_SIZES = (8, 10, 10, 10, 10, 10, 5)  # 1 root + 63 drafts = 64 nodes, depth 7
 CACHE_LEN = 2048
 
 
-def grown_levels(seed=0):
-    """Per-level output shaped like tree growth: each level's parents are on the previous level."""
+def grown_tree(seed=0):
+    """Tokens and parents shaped like tree growth: each level's parents are on the previous level."""
     rng = np.random.default_rng(seed)
-    levels, first, prev_size = [], 0, 1  # first = global index of the previous level's first node
+    tokens, parents, first, prev_size = [7], [0], 0, 1  # first = index of the previous level's first node
     for size in LEVEL_SIZES:
-        parents = first + rng.integers(0, prev_size, size)
-        levels.append((rng.integers(0, VOCAB, size), parents))
+        parents += (first + rng.integers(0, prev_size, size)).tolist()
+        tokens += rng.integers(0, VOCAB, size).tolist()
         first, prev_size = first + prev_size, size
-    return levels
+    return tokens, parents
 
 
 def median_us(fn, repeats=2000):
@@ -50,21 +45,22 @@ def median_us(fn, repeats=2000):
 
 
 def main():
-    levels = grown_levels()
-    layout = TreeLayout.from_levels(7, levels)
+    tokens, parents = grown_tree()
+    layout = TreeLayout.from_parents(tokens, parents)
     assert layout.num_nodes == 64
     check_tree(layout, VOCAB)
-    padded = layout.padded(choose_bucket(layout.num_nodes))
+    buckets = Buckets((1, 8, 16, 32, 64))
+    padded = layout.padded(buckets.fit(layout.num_nodes))
 
-    def build_and_check():
-        lay = TreeLayout.from_levels(7, levels)
-        check_tree(lay, VOCAB, max_depth=12)
-        return lay.padded(choose_bucket(lay.num_nodes))
+    def build_check_inputs():
+        lay = TreeLayout.from_parents(tokens, parents)
+        check_tree(lay, VOCAB)
+        return ForwardInputs.for_tree(lay, 1000, buckets.fit(lay.num_nodes), CACHE_LEN)
 
     rows = [
-        ("build (from_levels)", lambda: TreeLayout.from_levels(7, levels)),
-        ("check_tree", lambda: check_tree(layout, VOCAB, max_depth=12)),
-        ("build + check + pad", build_and_check),
+        ("build (from_parents)", lambda: TreeLayout.from_parents(tokens, parents)),
+        ("check_tree", lambda: check_tree(layout, VOCAB)),
+        (f"build + check + ForwardInputs ({CACHE_LEN})", build_check_inputs),
         ("ancestor_table", padded.ancestor_table),
         ("tree_visibility [64, 64]", lambda: tree_visibility(padded)),
         (f"tree_attention_mask [1, 1, 64, {CACHE_LEN}]", lambda: tree_attention_mask(padded, 1000, CACHE_LEN)),

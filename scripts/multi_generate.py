@@ -77,53 +77,35 @@ def load_prompt_items(path: str | None) -> list[dict]:
     return read_prompt_file(path, allow_ids=True)
 
 
-def shard(items: list, rank: int, world: int) -> list:
-    """Items ``rank, rank + world, ...``: e.g. 5 items, world 2 -> rank 0 gets 0, 2, 4 and rank 1 gets 1, 3."""
-    return items[rank::world]
-
-
-def rank_and_world(args) -> tuple[int, int]:
-    from mindspore_eagle.errors import ConfigError
-
-    rank = args.rank if args.rank is not None else int(os.environ.get("RANK_ID", 0))
-    world = args.world if args.world is not None else int(os.environ.get("RANK_SIZE", 1))
-    if world < 1 or not 0 <= rank < world:
-        raise ConfigError(f"rank {rank} / world {world}: need 0 <= rank < world")
-    return rank, world
-
-
 # ----- one worker --------------------------------------------------------------------------------------------
 
 
 def run_worker(args, rank: int, world: int) -> str:
-    from mindspore_eagle.assets import require_default_model
     from mindspore_eagle.bench import run_bench
-    from mindspore_eagle.config import RuntimeConfig
-    from mindspore_eagle.deploy import AscendDeployment, enable_compile_cache, load_engine
+    from mindspore_eagle.build import build
+    from mindspore_eagle.config import Buckets, RuntimeConfig
+    from mindspore_eagle.deploy import AscendDeployment, enable_compile_cache
     from mindspore_eagle.draft_config import TreeBudget
+    from mindspore_eagle.sharding import shard
 
-    items = shard(load_prompt_items(args.prompts), rank, world)
+    all_items = load_prompt_items(args.prompts)
+    items = shard(all_items, rank, world)
     os.environ["RANK_ID"] = str(rank)
     inherited = os.environ.get("MS_COMPILER_CACHE_PATH") if os.environ.get("MS_COMPILER_CACHE_ENABLE") == "1" else None
     if args.compile_cache or inherited:
         # one directory per rank: workers sharing one cache directory corrupt it (see deploy.enable_compile_cache)
         enable_compile_cache(args.compile_cache or inherited)
-    model_dir = args.model or require_default_model()
     runtime_kw = dict(max_cache_len=args.max_cache_len, device=args.device)
     if args.buckets:
-        runtime_kw["buckets"] = tuple(int(b) for b in args.buckets.split(","))
+        runtime_kw["buckets"] = Buckets.parse(args.buckets)
     if args.prefill_chunk:
         runtime_kw["prefill_chunk"] = args.prefill_chunk
-    runtime = RuntimeConfig(**runtime_kw)
+    speculative = args.mode != "greedy"
     budget = TreeBudget(max_nodes=args.max_nodes, depth=args.depth, top_k=args.top_k)
     deployment = AscendDeployment(max_query_tokens=args.max_query_tokens)  # compile cache: set above
-    engine = load_engine(model_dir, args.draft, runtime, budget, deployment, speculative=args.mode != "greedy")
-    tok = None
-    if any("prompt" in it for it in items):
-        from mindspore_eagle.tokenizer import load_tokenizer
-
-        tok = load_tokenizer(model_dir)
-    eos = tuple(engine.teacher.cfg.eos_token_ids) + (tuple(tok.eos_token_ids) if tok else ())
+    stack = build(args.model, RuntimeConfig(**runtime_kw), args.draft, budget if speculative else None,
+                  speculative=speculative, deployment=deployment, tokenizer=any("prompt" in it for it in all_items))
+    engine, tok = stack.engine, stack.tokenizer
     ids = [it["prompt_ids"] if "prompt_ids" in it else
            (tok.encode(it["prompt"]) if args.raw else tok.encode_chat([{"role": "user", "content": it["prompt"]}]))
            for it in items]
@@ -136,18 +118,19 @@ def run_worker(args, rank: int, world: int) -> str:
     log(f"{len(items)} prompts ({', '.join(str(it['id']) for it in items)}), mode {args.mode}, device {args.device}")
     rows = []
     if items and args.mode == "bench":
-        results = run_bench(engine.teacher, ids, lambda greedy: engine.proposer, args.max_new_tokens, eos, log=log)
+        results = run_bench(engine, ids, stack.proposer_for, args.max_new_tokens, stack.eos, log=log)
         for it, p, r in zip(items, ids, results):
             rows.append({**_row(it, p, r.spec, tok, rank), "greedy_tokens": list(r.greedy.tokens),
                          "greedy_tok_s": r.greedy.tok_s, "lossless": r.lossless, "speedup": r.speedup})
     elif items:
+        proposer = stack.proposer_for(None) if speculative else None
         if args.warmup:
-            engine.generate(ids[0], min(16, args.max_new_tokens), ())
+            engine.generate(ids[0], min(16, args.max_new_tokens), (), proposer=proposer)
         for it, p in zip(items, ids):
-            g = engine.generate(p, args.max_new_tokens, eos)
+            g = engine.generate(p, args.max_new_tokens, stack.eos, proposer=proposer)
             rows.append(_row(it, p, g, tok, rank))
             log(f"prompt {it['id']}: {len(g.tokens)} tokens, {g.tok_s:.2f} tok/s" +
-                (f", tau {g.tau:.2f}" if args.mode == "spec" else ""))
+                (f", tau {g.tau:.2f}" if speculative else ""))
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         for row in rows:
@@ -247,7 +230,9 @@ def _without_workers(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if os.environ.get("MS_ROLE") == "MS_SCHED":
+    from mindspore_eagle.sharding import is_scheduler, resolve_rank
+
+    if is_scheduler():
         return 0  # msrun's scheduler copy: the workers need no collectives, so there is nothing to schedule
     os.environ.setdefault("GLOG_v", "3")
     args = build_parser().parse_args(argv)
@@ -265,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             if rc == 0:
                 print(json.dumps(merge(args.out, n)))
             return rc
-        rank, world = rank_and_world(args)
+        rank, world = resolve_rank(args.rank, args.world)
         start = time.perf_counter()
         run_worker(args, rank, world)
         if world == 1:

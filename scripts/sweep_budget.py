@@ -18,8 +18,10 @@ import itertools
 import os
 import sys
 
+from mindspore_eagle.build import build
+from mindspore_eagle.config import RuntimeConfig
 from mindspore_eagle.draft_config import TreeBudget
-from mindspore_eagle.evaluate import evaluate_variant, load_setup
+from mindspore_eagle.evaluate import add_variant_flags, evaluate_variant, load_items
 from mindspore_eagle.report import plot_heatmaps, write_table
 
 COLUMNS = ("max_nodes", "depth", "top_k", "turns", "lossless_turns", "tau", "speedup_mean", "speedup_p50",
@@ -32,23 +34,14 @@ def ints(text: str) -> list[int]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--limit", type=int, default=24, help="turns per grid point (default 24)")
-    ap.add_argument("--sample", choices=["spread", "first"], default="spread",
-                    help="spread: first turns of LIMIT conversations spread over the set (default); "
-                         "first: the first LIMIT turns by id")
-    ap.add_argument("--max-new-tokens", type=int, default=128)
+    add_variant_flags(ap)
     ap.add_argument("--max-nodes", default="8,16,32,64")
     ap.add_argument("--depths", default="2,4,6,8")
     ap.add_argument("--top-ks", default="4,8")
-    ap.add_argument("--draft", default=None, help="head directory (default: the shipped head) or 'oracle'")
-    ap.add_argument("--model", default=None)
-    ap.add_argument("--subset", default="all", choices=["all", "mtbench", "humaneval"])
-    ap.add_argument("--eval-set", default=None)
-    ap.add_argument("--max-cache-len", type=int, default=1024)
     args = ap.parse_args(argv)
 
-    setup = load_setup(args.model, max_cache_len=args.max_cache_len, eval_set=args.eval_set, subset=args.subset)
+    items = load_items(args.eval_set, args.subset)
+    teacher_only = build(args.model, RuntimeConfig(max_cache_len=args.max_cache_len), speculative=False)
     rows = []
     for n, d, k in itertools.product(ints(args.max_nodes), ints(args.depths), ints(args.top_ks)):
         budget = TreeBudget(max_nodes=n, depth=d, top_k=k)
@@ -57,8 +50,9 @@ def main(argv=None) -> int:
             continue
         out = os.path.join(args.out, f"n{n}-d{d}-k{k}")
         print(f"== max_nodes={n} depth={d} top_k={k} -> {out}", flush=True)
-        m = evaluate_variant(setup, out, draft=args.draft, budget=budget, max_new_tokens=args.max_new_tokens,
-                             limit=args.limit, spread=args.sample == "spread", log=lambda s: None)
+        stack = teacher_only.with_draft(args.draft, budget)
+        m = evaluate_variant(stack, items, out, max_new_tokens=args.max_new_tokens, limit=args.limit,
+                             spread=args.sample == "spread", log=lambda s: None)
         rows.append({"max_nodes": n, "depth": d, "top_k": k, **{c: m[c] for c in COLUMNS[3:]}})
         print("   " + ", ".join(f"{c} {rows[-1][c]}" for c in COLUMNS[3:]), flush=True)
     if not rows:

@@ -24,8 +24,8 @@ from mindspore_eagle import attention, deploy
 from mindspore_eagle.config import RuntimeConfig, TeacherConfig
 from mindspore_eagle.draft_config import TreeBudget
 from mindspore_eagle.errors import ConfigError
-from mindspore_eagle.tree import TreeAttentionMaskCell, TreeLayout, ascend_tree_mask, tree_attention_mask
-from mindspore_eagle.tree.mask import MASK_VALUE, causal_mask
+from mindspore_eagle.tree import ForwardInputs, TreeLayout, ascend_tree_mask, tree_attention_mask
+from mindspore_eagle.tree.mask import MASK_VALUE
 
 ms.set_device("CPU")
 
@@ -133,9 +133,6 @@ def test_converted_tree_mask_is_tree_mask_ascend_form(name, layout, committed_le
         got = fn(Tensor(additive)).asnumpy()
         assert got.dtype == np.uint8 and got.shape == (1, 1, layout.num_nodes, CACHE_LEN)
         np.testing.assert_array_equal(got, want)
-    in_graph = TreeAttentionMaskCell(max(layout.max_depth, 1), CACHE_LEN, ascend=True)(
-        Tensor(layout.parents.astype(np.int32)), Tensor(layout.valid), Tensor(np.int64(committed_len))).asnumpy()
-    np.testing.assert_array_equal(in_graph, want)
     # and a mask already in the op's form passes through unchanged
     np.testing.assert_array_equal(MaskCell()(Tensor(want)).asnumpy(), want)
 
@@ -200,7 +197,7 @@ def test_fused_core_compiles_in_graph_mode_up_to_the_ascend_kernel():
 
 @pytest.fixture(scope="module")
 def tiny_pair(tmp_path_factory):
-    from tests.test_msrun_generate import make_tiny_pair
+    from tests.helpers import make_tiny_pair
 
     return make_tiny_pair(str(tmp_path_factory.mktemp("fused_tiny")), "random")
 
@@ -213,9 +210,9 @@ def test_teacher_on_emulated_fused_attention_is_lossless_and_close_to_reference(
     teacher_dir, head_dir = tiny_pair
     runtime = RuntimeConfig(max_cache_len=64, exec_mode="reference", buckets=(1, 8, 16), prefill_chunk=8)
     budget = TreeBudget(max_nodes=6, depth=2, top_k=3)  # PyNative (the emulated op is Python): keep it small
-    with attention.use_backend(attention.FUSED, op=emulated_fused_infer_attention_score):
-        fused_teacher = Teacher.load(teacher_dir, runtime)
-        proposer = load_proposer(head_dir, fused_teacher, budget)
+    fused = attention.AttentionChoice(attention.FUSED, op=emulated_fused_infer_attention_score)
+    fused_teacher = Teacher.load(teacher_dir, runtime, fused)
+    proposer = load_proposer(head_dir, fused_teacher, budget)  # the head takes the teacher's attention choice
     layer = fused_teacher.cell.model.layers[0].self_attn
     assert isinstance(layer.core, attention.FusedAttention) and layer.k_cache.dtype == ms.float16
     assert isinstance(proposer.head.midlayer.self_attn.core, attention.FusedAttention)
@@ -223,13 +220,13 @@ def test_teacher_on_emulated_fused_attention_is_lossless_and_close_to_reference(
     assert isinstance(ref_teacher.cell.model.layers[0].self_attn.core, attention.ReferenceAttention)
 
     prompt = [3, 17, 42, 5, 9, 60, 61]
-    greedy = SpeculativeEngine(fused_teacher).generate(prompt, 5)
-    spec = SpeculativeEngine(fused_teacher, proposer).generate(prompt, 5)
+    engine = SpeculativeEngine(fused_teacher)
+    greedy = engine.generate(prompt, 5)
+    spec = engine.generate(prompt, 5, proposer=proposer)
     assert spec.tokens == greedy.tokens  # lossless on the fused path itself
     assert SpeculativeEngine(ref_teacher).generate(prompt, 5).tokens == greedy.tokens
-    pos = np.arange(len(prompt))[None]
-    logits = [t.forward(np.array([prompt]), pos, pos, causal_mask(0, len(prompt), 64)).logits
-              for t in (fused_teacher, ref_teacher)]
+    inputs = ForwardInputs.for_tree(TreeLayout.chain(prompt), 0, 8, 64)
+    logits = [t.forward(inputs).logits for t in (fused_teacher, ref_teacher)]
     np.testing.assert_allclose(logits[0], logits[1], atol=0.05, rtol=0.02)  # fp16 K/V cache and attention
 
 
@@ -250,11 +247,13 @@ def test_selecting_ascend_without_an_npu_fails_with_a_clear_message(no_ascend, t
     msg = str(err.value)
     assert "device 'Ascend' requested" in msg and "/dev/davinci" in msg and "CANN" in msg and "MindSpore" in msg
     assert "--device CPU" in msg
+    from mindspore_eagle.build import build
+
     runtime = RuntimeConfig(max_cache_len=64, device="Ascend", buckets=(1, 8, 16), prefill_chunk=8)
     with pytest.raises(ConfigError, match="no usable Ascend NPU"):
-        deploy.load_teacher(tiny_pair[0], runtime, TreeBudget(max_nodes=8, depth=3, top_k=4))
+        build(tiny_pair[0], runtime, speculative=False, tokenizer=False)
     with pytest.raises(ConfigError, match="no usable Ascend NPU"):
-        deploy.load_engine(tiny_pair[0], tiny_pair[1], runtime, TreeBudget(max_nodes=8, depth=3, top_k=4))
+        build(tiny_pair[0], runtime, tiny_pair[1], TreeBudget(max_nodes=8, depth=3, top_k=4), tokenizer=False)
     assert ms.get_context("device_target") == "CPU"  # nothing was switched
 
 
@@ -268,11 +267,21 @@ def test_backend_follows_device_and_exec_mode():
     assert attention.select_backend("CPU", "reference") == attention.REFERENCE
     assert attention.select_backend("Ascend", "performance") == attention.FUSED
     assert attention.select_backend("Ascend", "reference") == attention.REFERENCE
-    assert attention.current_choice().backend == attention.REFERENCE  # CPU device target, no scope
-    with attention.use_backend(attention.FUSED, "bfloat16", op=emulated_fused_infer_attention_score):
-        assert attention.current_choice() == attention.AttentionChoice(attention.FUSED, "bfloat16",
-                                                                       emulated_fused_infer_attention_score)
-    assert attention.current_choice().backend == attention.REFERENCE
+
+
+def test_the_builder_passes_one_attention_choice_to_teacher_and_head(tiny_pair, monkeypatch):
+    """No ambient state: the choice ``deploy.prepare`` returns is the one every layer of the teacher and the draft
+    head is built with (here a fused choice on the emulated op, forced through ``prepare``)."""
+    from mindspore_eagle.build import build
+
+    fused = attention.AttentionChoice(attention.FUSED, op=emulated_fused_infer_attention_score)
+    monkeypatch.setattr(deploy, "prepare", lambda *a, **k: fused)
+    runtime = RuntimeConfig(max_cache_len=64, exec_mode="reference", buckets=(1, 8), prefill_chunk=8)
+    stack = build(tiny_pair[0], runtime, tiny_pair[1], TreeBudget(max_nodes=6, depth=2, top_k=3), tokenizer=False)
+    assert stack.teacher.attention is fused
+    assert all(isinstance(layer.self_attn.core, attention.FusedAttention) for layer in stack.teacher.cell.model.layers)
+    head = stack.proposer_for(None).head
+    assert isinstance(head.midlayer.self_attn.core, attention.FusedAttention)
 
 
 # ----- the deployment plan ------------------------------------------------------------------------------------

@@ -2,18 +2,18 @@
 
 import pytest
 
-from mindspore_eagle.bench import PromptResult, load_prompts, summarize
+from mindspore_eagle.bench import load_prompts, summarize
 from mindspore_eagle.engine import Generation
 from mindspore_eagle.errors import ConfigError
+from mindspore_eagle.harness import Comparison
 from mindspore_eagle.trace import StepTrace
 
 
-def step(emitted, draft_ms=0.0, teacher_ms=0.0):
+def step(emitted, grow_ms=0.0, verify_ms=0.0, host_ms=0.0):
     toks = tuple(range(emitted))
     return StepTrace(step=0, committed_len=0, tree_nodes=emitted, bucket=8, depth=emitted - 1,
-                     accepted_len=emitted - 1, bonus=0, path=tuple(range(emitted)), tokens=toks,
-                     commit_mode="length", draft_ms=draft_ms, verify_ms=teacher_ms, commit_ms=0.0,
-                     teacher_ms=teacher_ms)
+                     accepted_len=emitted - 1, bonus=0, path=tuple(range(emitted)), tokens=toks, grow_ms=grow_ms,
+                     verify_ms=verify_ms, commit_ms=1.0, update_ms=2.0, host_ms=host_ms)
 
 
 def gen(tokens, total_s, steps=(), prefill=0.0):
@@ -23,8 +23,8 @@ def gen(tokens, total_s, steps=(), prefill=0.0):
 def test_summary_matches_hand_computed_values():
     # prompt A: greedy 10 tokens in 2 s (5 tok/s); spec same tokens in 1 s (10 tok/s) -> speedup 2
     # prompt B: greedy 10 tokens in 1 s (10 tok/s); spec (different tokens) in 0.25 s (40 tok/s) -> speedup 4
-    a = PromptResult(gen(range(10), 2.0), gen(range(10), 1.0, [step(4, 100, 500), step(2, 100, 200)], 0.05))
-    b = PromptResult(gen(range(10), 1.0), gen([9] * 10, 0.25, [step(3, 20, 150)], 0.05))
+    a = Comparison(gen(range(10), 2.0), gen(range(10), 1.0, [step(4, 100, 500, 30), step(2, 100, 200, 20)], 0.05))
+    b = Comparison(gen(range(10), 1.0), gen([9] * 10, 0.25, [step(3, 20, 150, 12.5)], 0.05))
     s = summarize([a, b])
     assert s["turns"] == 2 and s["lossless_turns"] == 1
     assert s["tau"] == pytest.approx((4 + 2 + 3) / 3, abs=1e-3)
@@ -33,8 +33,10 @@ def test_summary_matches_hand_computed_values():
     assert s["speedup_p99"] == pytest.approx(2 + 0.99 * 2)  # linear interpolation between 2 and 4
     assert s["tok_s_greedy"] == pytest.approx(20 / 3.0, abs=1e-3)
     assert s["tok_s_spec"] == pytest.approx(20 / 1.25, abs=1e-3)
-    # outside teacher (0.05 + 0.7 + 0.05 + 0.15 = 0.95 s) and draft (0.22 s) forwards: 1.25 - 1.17 = 0.08 s
-    assert s["overhead_share"] == pytest.approx(0.08 / 1.25, abs=1e-4)
+    # host time of the steps only (30 + 20 + 12.5 ms) over the spec total (1.25 s)
+    assert s["overhead_share"] == pytest.approx(0.0625 / 1.25, abs=1e-4)
+    assert s["step_ms"] == {"grow": pytest.approx(220 / 3, abs=0.01), "verify": pytest.approx(850 / 3, abs=0.01),
+                            "commit": 1.0, "update": 2.0, "host": pytest.approx(62.5 / 3, abs=0.01)}
 
 
 def test_prompt_file_errors_name_the_line(tmp_path):

@@ -4,10 +4,10 @@ and both the buffers (bit for bit) and the committed length are exactly as befor
 import numpy as np
 import pytest
 
-from mindspore_eagle.cache import BranchableKVCache, CacheState, CommitMode
+from mindspore_eagle.cache import BranchableKVCache, CacheState
 from mindspore_eagle.errors import CacheCapacityError, ConfigError
 from mindspore_eagle.teacher import setup_mindspore
-from tests.test_cache_commit import BRANCHY_PARENTS, buffers, make_pairs
+from tests.helpers import BRANCHY_PARENTS, buffers, make_pairs
 
 setup_mindspore()
 
@@ -25,7 +25,7 @@ def at(cache, committed_len, bucket=None):
     cache.reset()
     if committed_len:
         cache.begin_round(committed_len)
-        cache.commit(np.arange(committed_len), CommitMode.LENGTH)
+        cache.commit(np.arange(committed_len))
     if bucket:
         cache.begin_round(bucket)
     return cache
@@ -66,7 +66,7 @@ def test_rollback_to_an_earlier_length_then_continue(cache):
     assert cache.rollback(5) == 5
     assert cache.state.round_bucket is None  # the open round is discarded
     assert cache.begin_round(8) == 5
-    assert cache.commit([0, 2], CommitMode.PATH_INDEX) == 7
+    assert cache.commit([0, 2]) == 7
 
 
 @pytest.mark.parametrize("path,parents,match", [
@@ -80,37 +80,15 @@ def test_rollback_to_an_earlier_length_then_continue(cache):
 ])
 def test_invalid_path_is_refused_before_any_write(cache, path, parents, match):
     at(cache, 10, bucket=8)
-    refused(cache, ConfigError, match, lambda: cache.commit(path, CommitMode.PATH_INDEX, parents))
-
-
-def test_length_commit_of_a_branch_path_is_refused(cache):
-    at(cache, 10, bucket=8)
-    refused(cache, ConfigError, "LENGTH needs a chain path", lambda: cache.commit([0, 2, 5], CommitMode.LENGTH))
-    assert cache.commit([0, 2, 5], CommitMode.PATH_INDEX) == 13
+    refused(cache, ConfigError, match, lambda: cache.commit(path, parents))
 
 
 def test_commit_without_an_open_round_is_refused(cache):
     at(cache, 10)
-    refused(cache, ConfigError, "without an open round", lambda: cache.commit([0], CommitMode.LENGTH))
+    refused(cache, ConfigError, "without an open round", lambda: cache.commit([0]))
     at(cache, 10, bucket=4)
     cache.abort_round()
-    refused(cache, ConfigError, "without an open round", lambda: cache.commit([0], CommitMode.LENGTH))
-
-
-@pytest.mark.parametrize("index_map,match", [
-    ([0, 1, 32], r"rows must be in \[0, 32\)"),
-    ([0, -1], r"rows must be in \[0, 32\)"),
-    ([[0, 1], [1, 0]], "batch_size=1"),
-    (list(range(33)), "exceeds max_len"),
-])
-def test_reorder_out_of_range_is_refused_before_any_write(cache, index_map, match):
-    at(cache, 10)
-    refused(cache, ConfigError, match, lambda: cache.reorder(index_map))
-
-
-def test_move_rows_with_conflicting_sources_is_refused(cache):
-    at(cache, 10)
-    refused(cache, ConfigError, "would receive rows 3 and 4", lambda: cache.move_rows([3, 4], [5, 5]))
+    refused(cache, ConfigError, "without an open round", lambda: cache.commit([0]))
 
 
 def test_cache_state_invariants():

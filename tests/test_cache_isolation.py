@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from mindspore_eagle.cache import BranchableKVCache, CommitMode
+from mindspore_eagle.cache import BranchableKVCache
 from mindspore_eagle.errors import CacheCapacityError
 from mindspore_eagle.teacher import Teacher, setup_mindspore
 from mindspore_eagle.tree import TreeLayout
-from tests.test_cache_commit import (RUNTIME, TOL, assert_rows_close, buffers, decode_logits, prefill_committed,
+from tests.helpers import (CACHE_RUNTIME, TOL, assert_rows_close, buffers, decode_logits, path_to, prefill_committed,
                                      reference_rows_and_logits, tree_round)
 
 setup_mindspore()
@@ -24,7 +24,7 @@ setup_mindspore()
 @pytest.fixture(scope="module")
 def rig(hf_tiny):
     _, ms_dir, torch_model = hf_tiny("llama")
-    teacher = Teacher.load(ms_dir, RUNTIME)
+    teacher = Teacher.load(ms_dir, CACHE_RUNTIME)
     return teacher, BranchableKVCache.for_teacher(teacher), torch_model
 
 
@@ -82,12 +82,10 @@ def test_speculation_never_touches_committed_rows_and_matches_plain_run(rig, dat
             continue
         # Last node first: the simplest draw (and the shrink target) is a deep, usually out-of-place path.
         node = data.draw(st.sampled_from(range(layout.num_nodes - 1, -1, -1)), label="accepted node")
-        path = layout.path_to(node)[:layout.path_length(node)]
-        chain = bool(np.array_equal(path, np.arange(path.size)))
-        mode = data.draw(st.sampled_from([CommitMode.LENGTH, CommitMode.PATH_INDEX]), label="mode") if chain \
-            else CommitMode.PATH_INDEX
-        event(f"commit {mode.value}, {'chain' if chain else 'moved'} path")
-        assert cache.commit(path, mode, layout.parents) == L + path.size
+        path = path_to(layout, node)
+        chain = path == list(range(len(path)))
+        event(f"commit of a {'chain (nothing moves)' if chain else 'moved'} path")
+        assert cache.commit(path, layout.parents) == L + len(path)
         after = committed(cache)
         assert_same_bits(before, [a[:, :, :L] for a in after])  # the commit touched nothing below L
         seq = seq + [int(layout.tokens[i]) for i in path]

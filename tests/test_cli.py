@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 from mindspore_eagle import cli
-from tests.conftest import default_model_or_skip
+from tests.helpers import default_model_or_skip
 
 
 def test_generate_prints_the_answer_and_speed(capsys):

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from mindspore_eagle.config import RuntimeConfig, TeacherConfig
+from mindspore_eagle.config import Buckets, ExecMode, RuntimeConfig, TeacherConfig
 from mindspore_eagle.errors import ConfigError
 
 BASE = dict(vocab_size=100, hidden_size=64, intermediate_size=96, num_layers=4, num_heads=4, num_kv_heads=2)
@@ -81,8 +81,23 @@ def test_invalid_runtime_config_names_the_field(kwargs, needle):
         RuntimeConfig(**kwargs)
 
 
-def test_bucket_for_picks_the_smallest_fitting_bucket():
+def test_the_runtime_buckets_pick_the_smallest_fitting_size():
     rt = RuntimeConfig()
-    assert [rt.bucket_for(n) for n in (1, 2, 8, 9, 64)] == [1, 8, 8, 16, 64]
+    assert [rt.buckets.fit(n) for n in (1, 2, 8, 9, 64)] == [1, 8, 8, 16, 64]
     with pytest.raises(ConfigError, match="largest bucket 64"):
-        rt.bucket_for(65)
+        rt.buckets.fit(65)
+
+
+def test_a_tree_budget_larger_than_the_buckets_is_refused_naming_both():
+    rt = RuntimeConfig(buckets=(1, 8, 16), prefill_chunk=16)
+    assert rt.check_tree_size(9) == 16
+    with pytest.raises(ConfigError, match=r"TreeBudget.max_nodes=32 does not fit RuntimeConfig.buckets=\(1, 8, 16\)"):
+        rt.check_tree_size(32)
+
+
+def test_exec_mode_is_parsed_once_into_the_enum():
+    assert RuntimeConfig(exec_mode="reference").exec_mode is ExecMode.REFERENCE
+    assert RuntimeConfig(exec_mode=ExecMode.PERFORMANCE).reference is False
+    assert RuntimeConfig(buckets=Buckets.parse("16,1,8"), prefill_chunk=16).buckets.sizes == (1, 8, 16)
+    with pytest.raises(ConfigError, match="comma-separated integers"):
+        Buckets.parse("1,x")

@@ -10,7 +10,7 @@ import pytest
 
 from ckpt_convert import convert_gguf, convert_hf
 from mindspore_eagle.errors import CheckpointError, ConfigError
-from tests.conftest import TINY, make_hf_checkpoint
+from tests.helpers import TINY, make_hf_checkpoint
 
 
 @pytest.fixture(scope="module")

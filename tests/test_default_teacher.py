@@ -30,7 +30,7 @@ def hf_smollm2():
 def test_default_teacher_greedy_matches_transformers_on_same_gguf(default_teacher, hf_smollm2):
     import torch
 
-    from mindspore_eagle.generate import greedy_generate
+    from mindspore_eagle.engine import greedy_generate
 
     teacher, tok = default_teacher
     for text in PROMPTS:
@@ -45,12 +45,12 @@ def test_default_teacher_greedy_matches_transformers_on_same_gguf(default_teache
 def test_default_teacher_logits_close_to_transformers(default_teacher, hf_smollm2):
     import torch
 
-    from mindspore_eagle.tree.mask import causal_mask
+    from mindspore_eagle.tree import ForwardInputs, TreeLayout
 
     teacher, tok = default_teacher
     ids = tok.encode_chat([{"role": "user", "content": PROMPTS[0]}])
-    pos = np.arange(len(ids))[None]  # one chunk: the prompt is shorter than the 64-token bucket
-    ours = teacher.forward(np.array([ids]), pos, pos, causal_mask(0, len(ids), teacher.max_len)).logits[0, -1]
+    bucket = teacher.runtime.buckets.fit(len(ids))  # one chunk: the prompt is shorter than the 64-token bucket
+    ours = teacher.forward(ForwardInputs.for_tree(TreeLayout.chain(ids), 0, bucket, teacher.max_len)).logits[0, -1]
     with torch.no_grad():
         ref = hf_smollm2(torch.tensor([ids])).logits[0, -1].numpy()
     # 30 layers of fp32 with different summation orders: allow a little more than the tiny models' 1e-4.

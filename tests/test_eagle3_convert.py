@@ -17,7 +17,7 @@ from mindspore_eagle.errors import AssetError, CheckpointError, ConfigError
 from mindspore_eagle.models.eagle3 import Eagle3DraftHead
 from mindspore_eagle.teacher import setup_mindspore
 
-from .test_eagle3_head import PUBLIC_CONFIGS, public_tensors, write_public_head
+from tests.helpers import PUBLIC_CONFIGS, public_tensors, write_public_head
 
 setup_mindspore()
 

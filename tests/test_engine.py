@@ -1,17 +1,18 @@
 """The speculative loop is lossless: its output equals teacher-only greedy decoding token for token, with
-perfect, always-wrong and mixed drafts, chain and bushy trees, in reference and performance mode."""
+perfect, always-wrong and mixed drafts, chain and bushy trees, in reference and performance mode; a proposer whose
+trees no bucket holds is refused before the request; each step phase is timed where it happens."""
+
+import time
 
 import numpy as np
 import pytest
 
-from mindspore_eagle.cache import CommitMode
 from mindspore_eagle.config import RuntimeConfig
-from mindspore_eagle.engine import SpeculativeEngine
+from mindspore_eagle.engine import SpeculativeEngine, greedy_generate
 from mindspore_eagle.errors import ConfigError, TreeInvariantError
-from mindspore_eagle.generate import greedy_generate
 from mindspore_eagle.teacher import Teacher
 from mindspore_eagle.tree import TreeLayout
-from tests.conftest import torch_greedy
+from tests.helpers import torch_greedy
 
 RUNTIME = dict(max_cache_len=160, buckets=(1, 8, 16, 32), prefill_chunk=16)
 
@@ -21,11 +22,12 @@ class ScriptedProposer:
 
     mode "oracle": a chain of the next ``depth`` true tokens (every level accepted);
     "wrong": a chain of tokens that are never the teacher's choice; "bushy": at every level a wrong sibling
-    placed *before* the true child, so accepted paths are not in place (PATH_INDEX commits are exercised).
+    placed *before* the true child, so accepted paths are not in place (their rows are moved by the commit).
     """
 
     def __init__(self, vocab, depth, mode):
         self.vocab, self.depth, self.mode = vocab, depth, mode
+        self.max_nodes = 2 * depth + 1 if mode == "bushy" else depth + 1
         self.future, self.pos = [], 0
 
     def begin(self, prompt, aux, first):
@@ -78,14 +80,14 @@ def test_speculative_output_equals_greedy(tiny, exec_mode, draft):
         future = torch_greedy(torch_model, prompt, n + 8)
         proposer = ScriptedProposer(teacher.cfg.vocab_size, depth=4, mode=draft)
         proposer.future = future
-        gen = SpeculativeEngine(teacher, proposer).generate(prompt, n)
+        gen = SpeculativeEngine(teacher).generate(prompt, n, proposer=proposer)
         assert list(gen.tokens) == future[:n]
         if draft == "oracle":
             assert all(s.accepted_len == 4 for s in gen.steps[:-1])
         if draft == "wrong":
             assert gen.tau == 1.0
         if draft == "bushy":
-            assert any(s.commit_mode == "path_index" for s in gen.steps)
+            assert any(s.path != tuple(range(len(s.path))) for s in gen.steps)  # rows were moved
 
 
 def test_oracle_draft_reaches_tau_depth_plus_one(tiny):
@@ -95,21 +97,9 @@ def test_oracle_draft_reaches_tau_depth_plus_one(tiny):
     future = torch_greedy(torch_model, prompt, 60)
     proposer = ScriptedProposer(teacher.cfg.vocab_size, depth=5, mode="oracle")
     proposer.future = future
-    gen = SpeculativeEngine(teacher, proposer).generate(prompt, 1 + 6 * 8)
+    gen = SpeculativeEngine(teacher).generate(prompt, 1 + 6 * 8, proposer=proposer)
     assert [s.emitted for s in gen.steps] == [6] * 8
     assert gen.tau == 6.0 and list(gen.tokens) == future[:49]
-
-
-@pytest.mark.parametrize("mode", [CommitMode.LENGTH, CommitMode.PATH_INDEX])
-def test_commit_modes_give_the_same_tokens(tiny, mode):
-    get, torch_model = tiny
-    teacher = get("performance")
-    future = torch_greedy(torch_model, PROMPTS[0], 30)
-    proposer = ScriptedProposer(teacher.cfg.vocab_size, depth=3, mode="oracle")
-    proposer.future = future
-    gen = SpeculativeEngine(teacher, proposer, commit_mode=mode).generate(PROMPTS[0], 25)
-    assert list(gen.tokens) == future[:25]
-    assert {s.commit_mode for s in gen.steps} == {mode.value}
 
 
 def test_root_only_engine_is_the_greedy_baseline(tiny):
@@ -127,14 +117,14 @@ def test_cache_full_stops_with_tokens_so_far_and_engine_stays_usable(tiny):
     future = torch_greedy(torch_model, prompt, 40)
     proposer = ScriptedProposer(teacher.cfg.vocab_size, depth=4, mode="oracle")
     proposer.future = future
-    engine = SpeculativeEngine(teacher, proposer)
-    gen = engine.generate(prompt, 40)
+    engine = SpeculativeEngine(teacher)
+    gen = engine.generate(prompt, 40, proposer=proposer)
     assert gen.stop_reason == "cache_full"
     assert list(gen.tokens) == future[:len(gen.tokens)] and len(gen.tokens) == 11
     with pytest.raises(ConfigError, match="empty prompt"):
-        engine.generate([], 5)
+        engine.generate([], 5, proposer=proposer)
     proposer.future = torch_greedy(torch_model, PROMPTS[0], 20)
-    assert list(engine.generate(PROMPTS[0], 10).tokens) == proposer.future[:10]
+    assert list(engine.generate(PROMPTS[0], 10, proposer=proposer).tokens) == proposer.future[:10]
 
 
 def test_a_proposer_with_a_foreign_root_is_refused(tiny):
@@ -142,6 +132,8 @@ def test_a_proposer_with_a_foreign_root_is_refused(tiny):
     teacher = get("reference")
 
     class Bad:
+        max_nodes = 2
+
         def begin(self, *a):
             pass
 
@@ -152,5 +144,59 @@ def test_a_proposer_with_a_foreign_root_is_refused(tiny):
             pass
 
     with pytest.raises(TreeInvariantError, match="root token"):
-        SpeculativeEngine(teacher, Bad()).generate([1, 2, 3], 5)
+        SpeculativeEngine(teacher).generate([1, 2, 3], 5, proposer=Bad())
     assert np.isfinite(SpeculativeEngine(teacher).generate([1, 2, 3], 3).tau)
+
+
+def test_a_proposer_whose_trees_fit_no_bucket_is_refused_before_the_request(tiny, monkeypatch):
+    get, _ = tiny
+    engine = SpeculativeEngine(get("performance"))
+    proposer = ScriptedProposer(101, depth=40, mode="oracle")  # 41 nodes; the largest bucket is 32
+    calls = []
+    monkeypatch.setattr(engine.teacher, "forward", calls.append)
+    with pytest.raises(ConfigError, match=r"ScriptedProposer.max_nodes=41 does not fit RuntimeConfig.buckets="
+                                          r"\(1, 8, 16, 32\)"):
+        engine.generate(PROMPTS[0], 5, proposer=proposer)
+    assert calls == []  # nothing ran
+
+
+@pytest.mark.parametrize("bad", [0, 2.5, True, "3"])
+def test_a_bad_token_limit_is_refused_before_anything_runs(tiny, bad):
+    get, _ = tiny
+    with pytest.raises(ConfigError, match="max_new_tokens"):
+        SpeculativeEngine(get("performance")).generate(PROMPTS[0], bad)
+
+
+@pytest.mark.parametrize("prompt,match", [([1.5, 2], "integers"), (["3"], "integers"), ([True], "integers"),
+                                          ("hello", "not text"), ([1, 1000], "outside the vocabulary")])
+def test_a_bad_prompt_is_refused_before_anything_runs(tiny, prompt, match):
+    get, _ = tiny
+    with pytest.raises(ConfigError, match=match):
+        SpeculativeEngine(get("performance")).generate(prompt, 3)
+
+
+def test_each_step_phase_is_timed_where_it_happens(tiny):
+    """A proposer that sleeps 200 ms in propose and 150 ms in accept: those land in grow_ms and update_ms, and
+    nowhere else (verify, commit and host stay below the smaller sleep)."""
+    get, torch_model = tiny
+    teacher = get("performance")
+    future = torch_greedy(torch_model, PROMPTS[0], 12)
+
+    class Sleepy(ScriptedProposer):
+        def propose(self, root):
+            time.sleep(0.2)
+            return super().propose(root)
+
+        def accept(self, acc, aux):
+            time.sleep(0.15)
+            super().accept(acc, aux)
+
+    proposer = Sleepy(teacher.cfg.vocab_size, depth=2, mode="bushy")
+    proposer.future = future
+    engine = SpeculativeEngine(teacher)
+    engine.generate(PROMPTS[0], 4, proposer=proposer)  # compiles
+    gen = engine.generate(PROMPTS[0], 7, proposer=proposer)
+    assert gen.steps
+    for s in gen.steps:
+        assert s.grow_ms >= 200 and s.update_ms >= 150
+        assert max(s.verify_ms, s.commit_ms, s.host_ms) < 150

@@ -43,6 +43,8 @@ class TopTokensProposer:
     """A real-looking draft: under the root, the teacher's 3 most likely tokens; under each, its 2 most likely.
     (Deterministic drafts, as the acceptance rule assumes.)"""
 
+    max_nodes = 10  # the root, 3 children, 2 grandchildren each
+
     def __init__(self, model):
         self.model, self.seq = model, []
 
@@ -74,8 +76,8 @@ def setup(hf_tiny):
 
 def test_sampled_tokens_follow_the_teacher_distribution(setup):
     teacher, model = setup
-    engine = SpeculativeEngine(teacher, TopTokensProposer(model))
-    samples = np.array([engine.generate(PROMPT, 3, sampling=SamplingParams(seed=s, **PARAMS)).tokens
+    engine, proposer = SpeculativeEngine(teacher), TopTokensProposer(model)
+    samples = np.array([engine.generate(PROMPT, 3, sampling=SamplingParams(seed=s, **PARAMS), proposer=proposer).tokens
                         for s in range(RUNS)])
     p1 = torch_probs(model, PROMPT)
     p2 = np.zeros_like(p1)
@@ -98,5 +100,5 @@ def test_sampled_tokens_follow_the_teacher_distribution(setup):
         _, pvalue = stats.chisquare(obs, exp)
         assert pvalue > 1e-3, (k, obs, exp)
     # The draft was useful: some cycles accepted drafts (so acceptance, not only bonus sampling, was tested).
-    gen = engine.generate(PROMPT, 12, sampling=SamplingParams(seed=1, **PARAMS))
+    gen = engine.generate(PROMPT, 12, sampling=SamplingParams(seed=1, **PARAMS), proposer=proposer)
     assert gen.tau > 1.0

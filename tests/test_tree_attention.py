@@ -13,9 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mindspore_eagle.tree import TreeLayout, choose_bucket, tree_attention_mask
-from mindspore_eagle.tree.mask import causal_mask
-from tests.tree_strategies import tree_layouts
+from mindspore_eagle.config import Buckets
+from mindspore_eagle.tree import ForwardInputs, TreeLayout, tree_attention_mask
+from mindspore_eagle.tree.mask import MASK_VALUE
+from tests.helpers import tree_layouts
 
 VOCAB, EMBED, HEADS, HEAD_DIM, HIDDEN, LAYERS = 64, 16, 2, 8, 32, 2
 
@@ -35,6 +36,14 @@ def make_weights(seed=0):
 
 
 WEIGHTS = make_weights()
+
+
+def causal_mask(start, n, cache_len):
+    """Literal additive causal mask ``[n, cache_len]`` of a chunk written from row ``start``: row t sees columns
+    ``<= start + t`` (written here, independent of the code under test)."""
+    cols = np.arange(cache_len)[None, :]
+    rows = start + np.arange(n)[:, None]
+    return np.where(cols <= rows, 0.0, float(MASK_VALUE))
 
 
 def junk_cache(cache_len, seed):
@@ -70,27 +79,28 @@ def forward(tokens, positions, rows, mask, cache):
     return x
 
 
-def run_tree(layout, prefix, cache_len, mask=None, positions=None):
+def run_tree(layout, prefix, cache_len, mask=None, positions=None, tokens=None):
     """Prefill ``prefix`` causally, then run every tree row in one forward; returns ``[N, E]``.
 
-    ``mask`` and ``positions`` default to the code under test; the negative controls override them.
+    ``mask``, ``positions`` and ``tokens`` default to the code under test's tree mask and the layout's own; the
+    negative controls and the padding test override them.
     """
     p = len(prefix)
     cache = junk_cache(cache_len, seed=1)
-    forward(prefix, np.arange(p), np.arange(p), causal_mask(0, p, cache_len)[0, 0], cache)
+    forward(prefix, np.arange(p), np.arange(p), causal_mask(0, p, cache_len), cache)
     if mask is None:
         mask = tree_attention_mask(layout, p, cache_len)[0, 0]
     if positions is None:
         positions = layout.positions(p)
     rows = p + np.arange(layout.num_nodes)
-    return forward(layout.tokens, positions, rows, mask, cache)
+    return forward(layout.tokens if tokens is None else tokens, positions, rows, mask, cache)
 
 
 def run_branch(tokens, cache_len):
     """Plain causal forward of one sequence from a fresh cache; returns ``[T, E]``."""
     t = len(tokens)
     cache = junk_cache(cache_len, seed=2)
-    return forward(tokens, np.arange(t), np.arange(t), causal_mask(0, t, cache_len)[0, 0], cache)
+    return forward(tokens, np.arange(t), np.arange(t), causal_mask(0, t, cache_len), cache)
 
 
 def branches(parents, valid):
@@ -136,7 +146,7 @@ def test_the_comparison_detects_a_wrong_mask_or_wrong_positions(fault):
     """Negative controls: the per-branch reference must reject a leaky mask and row-index positions."""
     prefix, cache_len = [1, 2, 3], 16
     if fault == "causal mask over tree rows":
-        out = run_tree(MIXED, prefix, cache_len, mask=causal_mask(len(prefix), MIXED.num_nodes, cache_len)[0, 0])
+        out = run_tree(MIXED, prefix, cache_len, mask=causal_mask(len(prefix), MIXED.num_nodes, cache_len))
     else:
         out = run_tree(MIXED, prefix, cache_len, positions=len(prefix) + np.arange(MIXED.num_nodes))
     path = [0, 2, 5]
@@ -153,10 +163,14 @@ def test_tree_attention_equals_per_branch_attention_on_random_trees(layout, pref
 @settings(max_examples=50, deadline=None)
 @given(tree_layouts(VOCAB), st.lists(st.integers(0, VOCAB - 1), max_size=8))
 def test_padding_to_a_bucket_does_not_change_any_real_node_output(layout, prefix):
+    """The inputs the engine sends (``ForwardInputs.for_tree``: padded tokens, positions, mask) give every real node
+    the output it has unpadded."""
     n = layout.num_nodes
-    padded = layout.padded(choose_bucket(n))
-    cache_len = len(prefix) + padded.num_nodes + 4
+    bucket = Buckets((1, 8, 16, 32, 64)).fit(n)
+    cache_len = len(prefix) + bucket + 4
+    inputs = ForwardInputs.for_tree(layout, len(prefix), bucket, cache_len)
     out = run_tree(layout, prefix, cache_len)
-    out_padded = run_tree(padded, prefix, cache_len)
+    out_padded = run_tree(layout.padded(bucket), prefix, cache_len, mask=inputs.mask[0, 0],
+                          positions=inputs.positions[0], tokens=inputs.ids[0])
     assert np.isfinite(out_padded).all()
     np.testing.assert_allclose(out_padded[:n], out, rtol=0, atol=1e-12)

@@ -20,7 +20,7 @@ from mindspore_eagle.teacher import setup_mindspore
 from mindspore_eagle.tree import check_tree
 from mindspore_eagle.verify import Acceptance
 
-from .test_eagle3_head import PUBLIC_CONFIGS, NumpyHead, causal_visibility, write_public_head
+from tests.helpers import PUBLIC_CONFIGS, NumpyHead, causal_visibility, write_public_head
 
 setup_mindspore()
 
@@ -159,7 +159,8 @@ def test_grown_trees_respect_the_budget_and_stay_ancestor_closed(prop_growers, b
     assert scores.shape[0] == TreeBudget(max_nodes, depth, k).num_candidates
     tree = select_tree(root, scores, tokens, parents, max_nodes)
     layout = tree.layout
-    check_tree(layout, PROP_VOCAB, max_depth=depth)  # root, order, closure, depth, token range
+    check_tree(layout, PROP_VOCAB)  # root, order, closure, depth, token range
+    assert layout.max_depth <= depth
     assert layout.num_nodes == min(max_nodes, 1 + scores.shape[0])
     assert layout.max_depth <= depth
     assert (layout.parents >= 0).all() and (layout.tokens >= 0).all()
@@ -270,7 +271,8 @@ def test_in_graph_growth_equals_per_branch_recomputation(real_head, exec_mode):
     assert prop.committed_len == 14
     np.testing.assert_array_equal(head.cache_parameters()[0][0].asnumpy()[:, :, :14], k_before)
     layout = prop.propose(int(toks[13]))
-    check_tree(layout, c["vocab_size"], max_depth=BUDGET.depth)
+    check_tree(layout, c["vocab_size"])
+    assert layout.max_depth <= BUDGET.depth
     assert layout.num_nodes == BUDGET.max_nodes and layout.tokens[0] == toks[13]
     with pytest.raises(TreeInvariantError, match="ends with token"):
         prop.propose(int(toks[13]) + 1)
@@ -327,17 +329,21 @@ def test_engine_with_the_proposer_is_lossless_and_keeps_draft_and_teacher_in_ste
     table = teacher.cell.model.embed_tokens.weight
     prop = Eagle3Proposer.for_teacher(head, teacher, BUDGET)
     assert prop.embed_table is table and table.name == "model.embed_tokens.weight"
-    engine = SpeculativeEngine(teacher, prop)
+    engine = SpeculativeEngine(teacher)
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
-    spec = engine.generate(prompt, max_new_tokens=12)
+    spec = engine.generate(prompt, max_new_tokens=12, proposer=prop)
     greedy = SpeculativeEngine(teacher).generate(prompt, max_new_tokens=12)
     assert spec.tokens == greedy.tokens
     assert prop.committed_len == engine.cache.committed_len and prop.root_token == spec.tokens[-1]
     with pytest.raises(ConfigError, match="vocab_size"):
         Eagle3Proposer.for_teacher(head, Teacher(replace(tcfg, vocab_size=61), runtime), BUDGET)
-    big = RuntimeConfig(max_cache_len=HEAD_LEN, buckets=(1, 8), prefill_chunk=8)
+    big = RuntimeConfig(max_cache_len=HEAD_LEN, buckets=(1, 16), prefill_chunk=16)
     with pytest.raises(ConfigError, match=f"max_len >= {draft_cache_len(HEAD_LEN, BUDGET)}"):
         Eagle3Proposer.for_teacher(head, Teacher(tcfg, big), BUDGET)
+    small = RuntimeConfig(max_cache_len=HEAD_LEN - BUDGET.tree_rows, buckets=(1, 8), prefill_chunk=8)
+    with pytest.raises(ConfigError, match=rf"TreeBudget.max_nodes={BUDGET.max_nodes} does not fit "
+                                          r"RuntimeConfig.buckets=\(1, 8\)"):
+        Eagle3Proposer.for_teacher(head, Teacher(tcfg, small), BUDGET)
 
 
 def test_proposer_rejects_bad_inputs(real_head):
@@ -354,7 +360,7 @@ def test_proposer_rejects_bad_inputs(real_head):
 
 
 @pytest.mark.parametrize("field, kwargs", [
-    ("max_nodes", dict(max_nodes=0)), ("max_nodes", dict(max_nodes=65)), ("depth", dict(depth=0)),
+    ("max_nodes", dict(max_nodes=0)), ("max_nodes", dict(max_nodes=2.0)), ("depth", dict(depth=0)),
     ("top_k", dict(top_k=0)), ("top_k", dict(top_k=2.5)),
 ])
 def test_tree_budget_validation_names_the_field(field, kwargs):

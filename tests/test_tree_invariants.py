@@ -8,9 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mindspore_eagle.errors import ConfigError, TreeInvariantError
-from mindspore_eagle.tree import TreeLayout, check_tree, choose_bucket
-from tests.tree_strategies import tree_layouts
+from mindspore_eagle.config import Buckets
+from mindspore_eagle.tree import TreeLayout, check_tree
+from tests.helpers import tree_layouts
 
+BUCKETS = Buckets((1, 8, 16, 32, 64))
 VOCAB = 100
 
 
@@ -94,13 +96,6 @@ def test_cycle_message_spells_out_the_cycle():
         check_tree(CATALOGUE["cycle"][0], VOCAB)
 
 
-def test_depth_budget_is_enforced_only_when_asked():
-    check_tree(BASE, VOCAB)
-    check_tree(BASE, VOCAB, max_depth=2)
-    with pytest.raises(TreeInvariantError, match="node 3: depth 2 > max_depth 1 .rule: depth budget"):
-        check_tree(BASE, VOCAB, max_depth=1)
-
-
 def test_a_vocab_size_below_one_is_a_config_error():
     with pytest.raises(ConfigError, match="vocab_size=0"):
         check_tree(BASE, 0)
@@ -110,8 +105,8 @@ def test_a_vocab_size_below_one_is_a_config_error():
 @given(tree_layouts(VOCAB), st.booleans())
 def test_every_well_formed_tree_passes(layout, pad):
     if pad:
-        layout = layout.padded(choose_bucket(layout.num_nodes))
-    check_tree(layout, VOCAB, max_depth=12)
+        layout = layout.padded(BUCKETS.fit(layout.num_nodes))
+    check_tree(layout, VOCAB)
 
 
 FIELD_VALUES = {
@@ -126,7 +121,7 @@ FIELD_VALUES = {
 @given(tree_layouts(VOCAB, max_nodes=24), st.booleans(), st.data())
 def test_no_single_field_corruption_passes_silently(layout, pad, data):
     if pad:
-        layout = layout.padded(choose_bucket(layout.num_nodes))
+        layout = layout.padded(BUCKETS.fit(layout.num_nodes))
     field = data.draw(st.sampled_from(sorted(FIELD_VALUES)))
     index = data.draw(st.integers(0, layout.num_nodes - 1))
     value = data.draw(FIELD_VALUES[field])

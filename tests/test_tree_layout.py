@@ -10,11 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mindspore_eagle.errors import ConfigError, TreeInvariantError
-from mindspore_eagle.tree import PAD_SLOT, ROOT, TreeLayout, check_tree, choose_bucket
-from tests.tree_strategies import tree_layouts
+from mindspore_eagle.config import Buckets
+from mindspore_eagle.errors import CacheCapacityError, ConfigError, TreeInvariantError
+from mindspore_eagle.tree import PAD_SLOT, ROOT, TreeLayout, check_tree
+from tests.helpers import tree_layouts
 
 VOCAB = 1000
+BUCKETS = Buckets((1, 8, 16, 32, 64))
 
 
 def naive_path(parents, node):
@@ -36,27 +38,12 @@ def test_from_parents_computes_depth_and_marks_all_nodes_real():
     assert (layout.num_nodes, layout.num_valid, layout.max_depth) == (5, 5, 3)
 
 
-def test_from_levels_numbers_nodes_level_by_level():
-    layout = TreeLayout.from_levels(5, [([8, 9], [0, 0]), ([4, 6, 2], [2, 1, 1]), ([3], [4])])
-    np.testing.assert_array_equal(layout.tokens, [5, 8, 9, 4, 6, 2, 3])
-    np.testing.assert_array_equal(layout.parents, [0, 0, 0, 2, 1, 1, 4])
-    np.testing.assert_array_equal(layout.depth, [0, 1, 1, 2, 2, 2, 3])
-    same = TreeLayout.from_parents(layout.tokens, layout.parents)
-    np.testing.assert_array_equal(same.depth, layout.depth)
-    check_tree(layout, VOCAB)
-
-
-def test_from_levels_with_no_levels_is_the_single_root():
-    layout = TreeLayout.from_levels(42, [])
-    single = TreeLayout.single(42)
-    for f in ("tokens", "parents", "depth", "valid"):
-        np.testing.assert_array_equal(getattr(layout, f), getattr(single, f))
-    assert layout.num_nodes == 1 and layout.max_depth == 0
-
-
-def test_from_levels_rejects_mismatched_level_lengths():
-    with pytest.raises(TreeInvariantError, match="level 2"):
-        TreeLayout.from_levels(5, [([8, 9], [0, 0]), ([4, 6], [1])])
+def test_chain_is_a_path_whose_positions_are_consecutive():
+    layout = TreeLayout.chain([4, 8, 6, 1])
+    np.testing.assert_array_equal(layout.parents, [0, 0, 1, 2])
+    np.testing.assert_array_equal(layout.depth, [0, 1, 2, 3])
+    np.testing.assert_array_equal(layout.positions(10), [10, 11, 12, 13])
+    assert TreeLayout.chain([5]).num_nodes == 1
 
 
 @pytest.mark.parametrize("parents,node", [([0, -1], 1), ([0, 0, 2], 2), ([0, 3, 0, 1], 1), ([1, 0], 0)])
@@ -132,19 +119,6 @@ def test_positions_are_committed_length_plus_depth():
         layout.positions(-1)
 
 
-def test_path_is_padded_with_the_pad_slot_and_masked_by_length():
-    layout = TreeLayout.from_parents([0] * 5, [0, 0, 0, 1, 3])
-    np.testing.assert_array_equal(layout.path_to(3, num_levels=5), [0, 1, 3, PAD_SLOT, PAD_SLOT])
-    np.testing.assert_array_equal(layout.path_mask(3, num_levels=5), [True, True, True, False, False])
-    assert layout.path_length(3) == 3
-    np.testing.assert_array_equal(layout.path_to(0), [0, PAD_SLOT, PAD_SLOT, PAD_SLOT])
-    assert layout.path_length(0) == 1
-    with pytest.raises(ConfigError, match="node=5"):
-        layout.path_to(5)
-    with pytest.raises(ConfigError, match="node=-1"):
-        layout.path_length(-1)
-
-
 @settings(max_examples=80, deadline=None)
 @given(tree_layouts(VOCAB), st.integers(0, 4096), st.integers(0, 40))
 def test_no_index_tensor_is_ever_negative_or_out_of_range(layout, committed_len, extra_rows):
@@ -155,22 +129,18 @@ def test_no_index_tensor_is_ever_negative_or_out_of_range(layout, committed_len,
             assert arr.dtype == np.int64 and (arr >= 0).all()
         assert (lay.parents < n).all() and (table < n).all()
         assert (lay.positions(committed_len) - committed_len <= lay.max_depth).all()
-        for node in range(n):
-            path = lay.path_to(node)
-            assert (path >= 0).all() and (path < n).all()
 
 
 @settings(max_examples=60, deadline=None)
 @given(tree_layouts(VOCAB))
-def test_ancestor_rows_and_paths_equal_a_naive_parent_walk(layout):
+def test_ancestor_rows_equal_a_naive_parent_walk(layout):
     table = layout.ancestor_table()
     assert (table[:, 0] == ROOT).all()
     for node in range(layout.num_nodes):
         walk = naive_path(layout.parents, node)
-        assert layout.path_length(node) == len(walk)
+        assert int(layout.depth[node]) + 1 == len(walk)
         np.testing.assert_array_equal(table[node, : len(walk)], walk)
         assert (table[node, len(walk) :] == PAD_SLOT).all()
-        np.testing.assert_array_equal(layout.path_to(node), table[node])
 
 
 # ----- padding and buckets --------------------------------------------------------------------------------
@@ -180,7 +150,7 @@ def test_ancestor_rows_and_paths_equal_a_naive_parent_walk(layout):
 @given(tree_layouts(VOCAB), st.sampled_from([8, 16, 32, 64]), st.integers(0, 100))
 def test_padding_keeps_every_real_row_and_appends_inert_rows(layout, bucket_floor, committed_len):
     n = layout.num_nodes
-    bucket = max(bucket_floor, choose_bucket(n))
+    bucket = max(bucket_floor, BUCKETS.fit(n))
     padded = layout.padded(bucket)
     assert padded.num_nodes == bucket and padded.num_valid == n
     for f in ("tokens", "parents", "depth", "valid"):
@@ -200,13 +170,40 @@ def test_padding_to_the_current_size_is_a_no_op_and_to_a_smaller_size_fails():
         layout.padded(2)
 
 
-@pytest.mark.parametrize("n,bucket", [(1, 8), (8, 8), (9, 16), (16, 16), (17, 32), (33, 64), (64, 64)])
-def test_choose_bucket_picks_the_smallest_fitting_bucket(n, bucket):
-    assert choose_bucket(n) == bucket
+@pytest.mark.parametrize("n,bucket", [(1, 1), (2, 8), (8, 8), (9, 16), (16, 16), (17, 32), (33, 64), (64, 64)])
+def test_the_bucket_of_n_rows_is_the_smallest_that_holds_them(n, bucket):
+    assert BUCKETS.fit(n) == bucket
 
 
-@pytest.mark.parametrize("n", [0, 65])
-def test_choose_bucket_refuses_sizes_no_bucket_fits(n):
-    with pytest.raises(ConfigError, match=f"num_nodes={n}"):
-        choose_bucket(n)
-    assert choose_bucket(65, buckets=(128, 80)) == 80
+def test_no_bucket_holds_more_rows_than_the_largest():
+    with pytest.raises(ConfigError, match="65 rows exceed the largest bucket 64"):
+        BUCKETS.fit(65)
+    assert Buckets((128, 80, 1)).fit(65) == 80
+
+
+@pytest.mark.parametrize("sizes,match", [((8, 16), "must contain 1"), ((), "positive integers"),
+                                         ((1, 0), "positive integers"), ((1, 2.5), "positive integers")])
+def test_bad_bucket_sizes_are_refused(sizes, match):
+    with pytest.raises(ConfigError, match=match):
+        Buckets(sizes)
+
+
+@pytest.mark.parametrize("rows,room,want", [
+    (70, 1000, [(64, 64), (6, 8)]),
+    (70, 70, [(64, 64)] + [(1, 1)] * 6),
+    (5, 5, [(1, 1)] * 5),
+    (8, 8, [(8, 8)]),
+])
+def test_chunks_cover_every_row_within_the_room(rows, room, want):
+    got = BUCKETS.chunks(rows, 64, room)
+    assert got == want
+    assert sum(size for size, _ in got) == rows
+    used = 0
+    for size, bucket in got:  # each padded chunk fits the rows left when it is written
+        assert bucket <= room - used
+        used += size
+
+
+def test_chunks_refuse_rows_beyond_the_room():
+    with pytest.raises(CacheCapacityError, match="9 rows do not fit: 8 cache rows left"):
+        BUCKETS.chunks(9, 64, 8)

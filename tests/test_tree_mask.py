@@ -1,35 +1,21 @@
-"""Tree attention masks: host builders against literal 0/1 matrices and a naive ancestor walk, and the in-graph
-builders (PyNative and compiled) against the host builders, exactly.
+"""Tree attention masks against literal 0/1 matrices and a naive ancestor walk; the inputs a forward receives
+(``ForwardInputs``: the one padding rule) against the rules written out here.
 """
 
-import mindspore as ms
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mindspore import Tensor
 
+from mindspore_eagle.config import Buckets
 from mindspore_eagle.errors import CacheCapacityError, ConfigError
-from mindspore_eagle.tree import (
-    TreeAttentionMaskCell,
-    TreeLayout,
-    TreeMaskCell,
-    ascend_tree_mask,
-    check_tree,
-    choose_bucket,
-    tree_attention_mask,
-    tree_attention_mask_prefix,
-    tree_block_mask,
-    tree_visibility,
-)
-from mindspore_eagle.tree.mask import MASK_VALUE, causal_mask
-from tests.tree_strategies import tree_layouts
+from mindspore_eagle.tree import (PAD_DEPTH, PAD_TOKEN, ForwardInputs, TreeLayout, ascend_tree_mask, check_tree,
+                                  tree_attention_mask, tree_visibility)
+from mindspore_eagle.tree.mask import MASK_VALUE
+from tests.helpers import tree_layouts
 
 VOCAB = 1000
-MAX_DEPTH = 12
-CACHE_LEN = 96
-
-ms.set_device("CPU")
+BUCKETS = Buckets((1, 8, 16, 32, 64))
 
 
 def naive_visibility(parents, valid):
@@ -47,22 +33,6 @@ def naive_visibility(parents, valid):
                 break
             j = int(parents[j])
     return vis
-
-
-@pytest.fixture(scope="module")
-def graph_tree_mask():
-    """One compiled TreeMaskCell for the whole module: it compiles once per bucket size."""
-    return ms.jit(TreeMaskCell(MAX_DEPTH))
-
-
-@pytest.fixture(scope="module")
-def graph_attention_mask():
-    return ms.jit(TreeAttentionMaskCell(MAX_DEPTH, CACHE_LEN))
-
-
-def to_graph(layout):
-    """Device inputs: int32 parents (what a graph would get from the host) and bool valid."""
-    return Tensor(layout.parents.astype(np.int32)), Tensor(layout.valid)
 
 
 # ----- literal matrices -----------------------------------------------------------------------------------
@@ -119,14 +89,6 @@ def test_tree_visibility_matches_literal_matrix(name):
     layout, expected = LITERAL_VISIBILITY[name]
     expected = np.array(expected, dtype=bool)
     np.testing.assert_array_equal(tree_visibility(layout), expected)
-    np.testing.assert_array_equal(tree_block_mask(layout), expected[None, None])
-
-
-@pytest.mark.parametrize("name", sorted(LITERAL_VISIBILITY))
-def test_in_graph_mask_matches_literal_matrix_in_pynative(name):
-    layout, expected = LITERAL_VISIBILITY[name]
-    got = TreeMaskCell(3)(*to_graph(layout)).asnumpy()
-    np.testing.assert_array_equal(got, np.array(expected, dtype=bool))
 
 
 def test_full_mask_of_padded_mixed_tree_matches_literal():
@@ -153,16 +115,9 @@ def test_full_mask_of_padded_mixed_tree_matches_literal():
 
 @pytest.mark.parametrize("committed_len,cache_len", [(0, 4), (3, 7), (10, 32)])
 def test_a_chain_tree_gets_exactly_the_causal_mask(committed_len, cache_len):
-    np.testing.assert_array_equal(
-        tree_attention_mask(CHAIN, committed_len, cache_len), causal_mask(committed_len, 4, cache_len)
-    )
-
-
-def test_prefix_mask_is_the_full_mask_with_no_spare_cache_rows():
-    prefix = tree_attention_mask_prefix(MIXED, prefix_len=5)
-    assert prefix.shape == (1, 1, 6, 11)
-    np.testing.assert_array_equal(prefix, tree_attention_mask(MIXED, 5, 11))
-    assert (prefix[..., :5] == 0).all()
+    cols, rows = np.arange(cache_len)[None, :], committed_len + np.arange(4)[:, None]
+    causal = np.where(cols <= rows, 0.0, MASK_VALUE).astype(np.float32)  # row t sees columns <= L + t
+    np.testing.assert_array_equal(tree_attention_mask(CHAIN, committed_len, cache_len)[0, 0], causal)
 
 
 def test_tree_that_overflows_the_cache_is_refused():
@@ -172,29 +127,23 @@ def test_tree_that_overflows_the_cache_is_refused():
         tree_attention_mask(MIXED, committed_len=-1, cache_len=10)
 
 
-def test_tree_mask_cell_refuses_a_depth_that_cannot_reach_padding_parents():
-    with pytest.raises(ConfigError, match="max_depth=0"):
-        TreeMaskCell(0)
-
-
 # ----- properties ----------------------------------------------------------------------------------------
 
 
 @settings(max_examples=80, deadline=None)
 @given(tree_layouts(VOCAB))
-def test_host_mask_equals_in_graph_mask_equals_naive_walk(graph_tree_mask, layout):
-    padded = layout.padded(choose_bucket(layout.num_nodes))
-    check_tree(padded, VOCAB, max_depth=MAX_DEPTH)
+def test_host_mask_equals_a_naive_walk(layout):
+    padded = layout.padded(BUCKETS.fit(layout.num_nodes))
+    check_tree(padded, VOCAB)
     for lay in (layout, padded):
         np.testing.assert_array_equal(tree_visibility(lay), naive_visibility(lay.parents, lay.valid))
-    np.testing.assert_array_equal(graph_tree_mask(*to_graph(padded)).asnumpy(), tree_visibility(padded))
 
 
 @settings(max_examples=80, deadline=None)
 @given(tree_layouts(VOCAB), st.integers(0, 200))
 def test_padding_never_changes_a_real_row_and_is_never_seen(layout, committed_len):
     n = layout.num_nodes
-    padded = layout.padded(choose_bucket(n))
+    padded = layout.padded(BUCKETS.fit(n))
     cache_len = committed_len + padded.num_nodes + 3
     vis, vis_p = tree_visibility(layout), tree_visibility(padded)
     np.testing.assert_array_equal(vis_p[:n, :n], vis)
@@ -206,22 +155,39 @@ def test_padding_never_changes_a_real_row_and_is_never_seen(layout, committed_le
     assert (full_p[0, 0] == 0).any(axis=1).all(), "a row sees nothing"
 
 
-@settings(max_examples=40, deadline=None)
-@given(tree_layouts(VOCAB, max_nodes=16), st.data())
-def test_in_graph_full_mask_equals_host_full_mask(graph_attention_mask, layout, data):
-    padded = layout.padded(choose_bucket(layout.num_nodes))
-    committed_len = data.draw(st.integers(0, CACHE_LEN - padded.num_nodes))
-    got = graph_attention_mask(*to_graph(padded), Tensor(committed_len, ms.int64)).asnumpy()
-    want = tree_attention_mask(padded, committed_len, CACHE_LEN)
-    assert got.dtype == np.float32 and got.shape == want.shape
-    np.testing.assert_array_equal(got, want)
-    assert not np.signbit(got[got == 0]).any(), "visible entries must be +0.0, not -0.0"
+@settings(max_examples=80, deadline=None)
+@given(tree_layouts(VOCAB), st.integers(0, 200), st.integers(0, 2))
+def test_forward_inputs_follow_the_one_padding_rule(layout, committed_len, spare):
+    """What every forward receives: the real rows as the layout says, then padding rows with token PAD_TOKEN,
+    position L + PAD_DEPTH, consecutive cache rows; no real row sees a padding row, and each padding row sees the
+    committed prefix and itself only."""
+    n = layout.num_nodes
+    bucket = BUCKETS.sizes[min(BUCKETS.sizes.index(BUCKETS.fit(n)) + spare, len(BUCKETS.sizes) - 1)]
+    cache_len = committed_len + bucket + 3
+    inputs = ForwardInputs.for_tree(layout, committed_len, bucket, cache_len)
+    assert inputs.bucket == bucket and inputs.num_real == n
+    assert inputs.ids.shape == inputs.positions.shape == inputs.rows.shape == (1, bucket)
+    np.testing.assert_array_equal(inputs.ids[0, :n], layout.tokens)
+    np.testing.assert_array_equal(inputs.positions[0, :n], committed_len + layout.depth)
+    assert (inputs.ids[0, n:] == PAD_TOKEN).all() and (inputs.positions[0, n:] == committed_len + PAD_DEPTH).all()
+    np.testing.assert_array_equal(inputs.rows[0], committed_len + np.arange(bucket))
+    visible = inputs.mask[0, 0] == 0
+    np.testing.assert_array_equal(visible[:n], tree_attention_mask(layout, committed_len, cache_len)[0, 0] == 0)
+    assert not visible[:n, committed_len + n:].any(), "a real row sees a padding or unused row"
+    for r in range(n, bucket):
+        want = np.zeros(cache_len, bool)
+        want[:committed_len] = True
+        want[committed_len + r] = True
+        np.testing.assert_array_equal(visible[r], want)
 
 
-def test_in_graph_ascend_mask_equals_host_ascend_mask():
-    cell = ms.jit(TreeAttentionMaskCell(3, 20, ascend=True))
-    layout = MIXED.padded(8)
-    for committed_len in (0, 5, 12):
-        got = cell(*to_graph(layout), Tensor(committed_len, ms.int64)).asnumpy()
-        assert got.dtype == np.uint8
-        np.testing.assert_array_equal(got, ascend_tree_mask(layout, committed_len, 20))
+def test_a_batch_of_chains_shares_positions_rows_and_mask():
+    ids = np.array([[5, 6, 7], [8, 9, 10]])
+    inputs = ForwardInputs.for_chains(ids, 4, 8, 16)
+    one = ForwardInputs.for_tree(TreeLayout.chain([5, 6, 7]), 4, 8, 16)
+    assert inputs.ids.shape == (2, 8) and inputs.num_real == 3
+    np.testing.assert_array_equal(inputs.ids[:, :3], ids)
+    for b in range(2):
+        np.testing.assert_array_equal(inputs.positions[b], one.positions[0])
+        np.testing.assert_array_equal(inputs.rows[b], one.rows[0])
+        np.testing.assert_array_equal(inputs.mask[b], one.mask[0])

@@ -1,4 +1,4 @@
-"""Moving cache rows inside a graph: the PATH_INDEX commit and the general reorder.
+"""Committing an accepted path: the host-side move list and the in-graph row moves.
 
 ``PathCommit`` is built from any list of ``(k_cache, v_cache)`` Parameter pairs ``[B, Hkv, max_len, D]`` (the
 teacher's layers, the draft head's layer, or both; pairs may differ in ``Hkv`` and ``D``) and holds them the
@@ -8,50 +8,23 @@ before any write, so a move list whose sources overlap its destinations is still
 old values. Example: accepted path ``[0, 2, 5]`` at committed length L moves ``L+2 -> L+1`` and
 ``L+5 -> L+2``; row ``L+2`` is read (old value, for ``L+1``) and written (with the old ``L+5``) in one call.
 
-Static shapes: the move list is padded to one of ``MOVE_BUCKETS`` (P), so a graph compiles once per P. A pad
-entry repeats the last real move (same source, same destination, so the same value lands twice on one
-row) — harmless, in range, never negative.
+Static shapes: the move list is padded to one of the runtime's ``Buckets`` (P), so a graph compiles once per P
+actually used. A pad entry repeats the last real move (same source, same destination, so the same value lands
+twice on one row) — harmless, in range, never negative.
 
-Host helpers here build the move lists: ``path_moves`` (the fast PATH_INDEX reorder: only the new segment,
-only rows that change, never a row below L) and ``map_moves`` (an arbitrary ``new row i <- old row map[i]``).
+``path_moves`` builds the move list of an accepted path: only the out-of-place suffix, never a row below L; a
+chain path (``[0, 1, ..., k]``, its nodes already in rows ``L .. L+k``) moves nothing.
 """
 
 from __future__ import annotations
 
-import enum
 from typing import Sequence
 
-import mindspore as ms
 import numpy as np
 from mindspore import Parameter, ParameterTuple, nn, ops
 
 from ..errors import ConfigError
 from ..models.layers import write_index
-
-MOVE_BUCKETS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
-"""Static move-list lengths P; one ``PathCommit`` graph is compiled per P actually used."""
-
-
-class CommitMode(enum.Enum):
-    """How an accepted root-to-node path becomes committed state.
-
-    LENGTH      the path is ``[0, 1, ..., k]`` (its nodes already sit in rows ``L .. L+k`` in order): only the
-                committed length advances; nothing is moved.
-    PATH_INDEX  any root-to-node path: rows ``L + path[i]`` are gathered into rows ``L + i`` (in graph, every
-                layer at once), then the committed length advances.
-    """
-
-    LENGTH = "length"
-    PATH_INDEX = "path_index"
-
-
-def move_bucket(num_moves: int) -> int:
-    """Smallest P in ``MOVE_BUCKETS`` holding ``num_moves`` (>= 1) moves."""
-    for p in MOVE_BUCKETS:
-        if p >= num_moves:
-            return p
-    raise ConfigError(f"{num_moves} row moves exceed the largest move bucket {MOVE_BUCKETS[-1]}")
-
 
 def check_path(path: Sequence[int], bucket: int, parents: Sequence[int] | None = None) -> np.ndarray:
     """Validate an accepted path of tree node indices; return it as int64 ``[k+1]``.
@@ -95,12 +68,6 @@ def path_moves(path: np.ndarray, committed_len: int) -> tuple[np.ndarray, np.nda
     dst = committed_len + out_of_place
     src = committed_len + path[out_of_place]
     return src.astype(np.int64), dst.astype(np.int64)
-
-
-def map_moves(index_map: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Row moves for ``new row i <- old row index_map[i]`` (identity entries dropped)."""
-    i = np.flatnonzero(index_map != np.arange(index_map.size))
-    return index_map[i].astype(np.int64), i.astype(np.int64)
 
 
 def pad_moves(src: Sequence[np.ndarray], dst: Sequence[np.ndarray], size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -163,12 +130,4 @@ class PathCommit(nn.Cell):
         return ops.depend(dst_rows, updated)
 
 
-def compile_commit(cell: PathCommit, exec_mode: str = "performance"):
-    """The callable to run ``cell``: ``ms.jit`` (one graph per P) or the Cell itself in PyNative reference mode."""
-    if exec_mode not in ("performance", "reference"):
-        raise ConfigError(f"exec_mode={exec_mode!r}: expected 'performance' or 'reference'")
-    return ms.jit(cell) if exec_mode == "performance" else cell
-
-
-__all__ = ["CommitMode", "MOVE_BUCKETS", "PathCommit", "check_path", "compile_commit", "map_moves",
-           "move_bucket", "pad_moves", "path_moves"]
+__all__ = ["PathCommit", "check_path", "pad_moves", "path_moves"]

@@ -19,31 +19,34 @@ straight away (rollback to L): the accepted tokens come back through ``accept`` 
 *true* features, which is what the reference implementation does (its ``stable_kv`` never keeps tree
 levels) and more accurate than keeping K/V computed from recycled draft hidden states.
 
-Optional window (off by default; an ablation): a draft entry at position p attends only to entries at
-positions ``> p - window`` (a sliding window, by masking; positions stay absolute). Tree nodes always see
-their own tree ancestors (the window is meant to be much larger than the tree depth).
+Context chunks are ``TreeLayout.chain`` trees padded to one of the runtime's buckets by ``ForwardInputs`` (the
+same rule as the teacher's prefill): entry rows are positions, padding rows are dropped.
+
+Optional window (off by default; an ablation, which lowered acceptance at every size tried): a draft entry at
+position p attends only to entries at positions ``> p - window`` (a sliding window, by masking; positions stay
+absolute). Tree nodes always see their own tree ancestors (the window is meant to be much larger than the tree
+depth).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
-import os
-
-import mindspore as ms
 import numpy as np
 from mindspore import Parameter, Tensor, nn
 
-from ..cache import BranchableKVCache, CommitMode
-from ..draft_config import TreeBudget
+from ..attention import AttentionChoice
+from ..cache import BranchableKVCache
 from ..checkpoint import CKPT_NAME
-from ..errors import AssetError, CacheCapacityError, ConfigError, TreeInvariantError
+from ..config import Buckets, ExecMode
+from ..draft_config import TreeBudget
+from ..errors import AssetError, ConfigError, TreeInvariantError
 from ..models.eagle3 import Eagle3DraftHead
+from ..tree.inputs import ForwardInputs
 from ..tree.layout import TreeLayout
-from ..tree.mask import additive_from_bool
+from ..tree.mask import MASK_VALUE
 from .grow import GrownTree, TreeGrowCell, select_tree
-
-CONTEXT_BUCKETS = (1, 8, 16, 32, 64)
 
 
 def draft_cache_len(context_len: int, budget: TreeBudget) -> int:
@@ -71,15 +74,14 @@ class Eagle3Proposer:
 
     ``embed_table`` is the token-embedding matrix ``[vocab, H]`` the head reads (the teacher's Parameter, shared
     without a copy, or the head's own when its width differs; ``for_teacher`` picks it; a plain Tensor is
-    wrapped in a Parameter). ``exec_mode``: "performance" compiles the context forward
-    (one graph per bucket) and the growth (one graph per budget); "reference" runs both in PyNative.
+    wrapped in a Parameter). ``exec_mode`` PERFORMANCE compiles the context forward (one graph per bucket of
+    ``buckets``, the teacher runtime's) and the growth (one graph per budget); REFERENCE runs both in PyNative.
     The head's cache must hold the longest context plus ``budget.tree_rows`` rows.
     """
 
-    def __init__(self, head: Eagle3DraftHead, embed_table, budget: TreeBudget, exec_mode: str = "performance",
-                 window: int | None = None, buckets: Sequence[int] = CONTEXT_BUCKETS):
-        if exec_mode not in ("performance", "reference"):
-            raise ConfigError(f"exec_mode={exec_mode!r}: expected 'performance' or 'reference'")
+    def __init__(self, head: Eagle3DraftHead, embed_table, budget: TreeBudget,
+                 exec_mode: ExecMode = ExecMode.PERFORMANCE, window: int | None = None,
+                 buckets: Buckets = Buckets()):
         if head.batch_size != 1:
             raise ConfigError(f"Eagle3Proposer drafts for one sequence; the head was built for batch_size="
                               f"{head.batch_size}")
@@ -95,32 +97,35 @@ class Eagle3Proposer:
                               f"has max_len={head.max_len} (see draft_cache_len)")
         if not isinstance(embed_table, Parameter):
             embed_table = Parameter(embed_table, name="draft_embed_table", requires_grad=False)
+        exec_mode = ExecMode.parse(exec_mode)
         self.head = head
         self.embed_table = embed_table
         self.budget = budget
+        self.max_nodes = budget.max_nodes  # the engine's Proposer protocol
         self.window = window
-        self.buckets = tuple(sorted(set(int(b) for b in buckets)))
+        self.buckets = buckets if isinstance(buckets, Buckets) else Buckets(buckets)
         self.cache = BranchableKVCache(head.cache_parameters(), exec_mode)
         self.context_cell = ContextForwardCell(head, embed_table)
         self.grow_cell = TreeGrowCell(head, embed_table, budget, head.max_len)
-        jit = exec_mode == "performance"
-        self._head_fn = ms.jit(self.context_cell) if jit else self.context_cell
-        self._grow_fn = ms.jit(self.grow_cell) if jit else self.grow_cell
+        self._head_fn = exec_mode.compile(self.context_cell)
+        self._grow_fn = exec_mode.compile(self.grow_cell)
         self._root: int | None = None  # token of the last committed entry (the next tree's root)
         self._root_hidden: np.ndarray | None = None  # [H] recycled hidden of that entry
 
     @classmethod
     def for_teacher(cls, head: Eagle3DraftHead, teacher, budget: TreeBudget, window: int | None = None
                     ) -> "Eagle3Proposer":
-        """A proposer drafting for ``teacher`` (a ``Teacher``): checks compatibility, shares its embeddings."""
+        """A proposer drafting for ``teacher`` (a ``Teacher``): checks compatibility (vocabulary, features, and
+        that the budget's trees fit the teacher runtime's buckets), shares its embeddings."""
         head.cfg.check_teacher(teacher.cfg)
+        teacher.runtime.check_tree_size(budget.max_nodes)
         need = draft_cache_len(teacher.max_len, budget)
         if head.max_len < need:
             raise ConfigError(f"draft head cache max_len={head.max_len} cannot hold the teacher's context "
                               f"({teacher.max_len}) plus one growth ({budget.tree_rows} rows): build the head with "
                               f"max_len >= {need} (draft_cache_len)")
         table = head.embed_tokens.weight if head.own_embedding else teacher.cell.model.embed_tokens.weight
-        return cls(head, table, budget, teacher.runtime.exec_mode, window)
+        return cls(head, table, budget, teacher.runtime.exec_mode, window, teacher.runtime.buckets)
 
     # ---- state ---------------------------------------------------------------------------------------
     @property
@@ -177,17 +182,14 @@ class Eagle3Proposer:
         if tokens.min() < 0 or tokens.max() >= cfg.vocab_size:
             raise ConfigError(f"extend: token ids must be in [0, {cfg.vocab_size})")
         off = 0
-        while off < t:
-            size, bucket = self._chunk(t - off)
+        for size, bucket in self.buckets.chunks(t, self.buckets.largest, self.cache.max_len - self.committed_len):
             L = self.cache.begin_round(bucket)
-            rows = (L + np.arange(bucket, dtype=np.int32))[None]  # positions == rows for committed entries
-            ids = np.zeros((1, bucket), np.int32)
-            ids[0, :size] = tokens[off:off + size]
-            x = np.zeros((1, bucket, feats.shape[1]), np.float32)
+            inputs = ForwardInputs.for_tree(TreeLayout.chain(tokens[off:off + size]), L, bucket, self.cache.max_len)
+            x = np.zeros((1, bucket, feats.shape[1]), np.float32)  # padding rows get zero features
             x[0, :size] = feats[off:off + size]
-            out = self._head_fn(Tensor(ids), Tensor(x), Tensor(rows), Tensor(self._context_mask(L, bucket)),
-                                Tensor(rows))
-            self.cache.commit(np.arange(size), CommitMode.LENGTH)
+            out = self._head_fn(Tensor(inputs.ids), Tensor(x), Tensor(inputs.positions),
+                                Tensor(self._windowed(inputs.mask, L)), Tensor(inputs.rows))
+            self.cache.commit(range(size))
             off += size
             # the root is always the last committed entry, even if a later chunk fails
             self._root = int(tokens[off - 1])
@@ -219,23 +221,14 @@ class Eagle3Proposer:
         return scores.asnumpy(), tokens.asnumpy(), parents.asnumpy()
 
     # ---- helpers -----------------------------------------------------------------------------------------
-    def _chunk(self, remaining: int) -> tuple[int, int]:
-        """(tokens, bucket) of the next context chunk: the largest that fits both the buckets and the cache."""
-        room = self.cache.max_len - self.committed_len
-        fitting = [b for b in self.buckets if b <= room]
-        if not fitting:
-            raise CacheCapacityError(f"draft cache full: committed_len={self.committed_len}, max_len="
-                                     f"{self.cache.max_len}; no context bucket {self.buckets} fits")
-        size = min(remaining, fitting[-1])
-        return size, min(b for b in fitting if b >= size)
-
-    def _context_mask(self, committed_len: int, bucket: int) -> np.ndarray:
-        """Additive ``[1, 1, bucket, max_len]``: row i (cache row = position r = L + i) sees rows
-        ``(r - window, r]`` (causal; all of ``[0, r]`` without a window)."""
-        cols = np.arange(self.cache.max_len)[None, :]
-        rows = committed_len + np.arange(bucket)[:, None]
-        visible = (cols > rows - self._window) & (cols <= rows)
-        return additive_from_bool(visible)[None, None]
+    def _windowed(self, mask: np.ndarray, committed_len: int) -> np.ndarray:
+        """The context chunk's causal mask, with the window applied when one is set: row i (position
+        r = L + i) also hides every column at position ``<= r - window``."""
+        if self.window is None:
+            return mask
+        cols = np.arange(mask.shape[-1])[None, :]
+        rows = committed_len + np.arange(mask.shape[2])[:, None]
+        return np.where(cols <= rows - self.window, MASK_VALUE, mask).astype(np.float32)
 
 
 def default_head_dir() -> str:
@@ -244,28 +237,29 @@ def default_head_dir() -> str:
     return os.path.join(here, "assets", "heads", "smollm2-135m-eagle3")
 
 
-def load_head(path: str, max_len: int) -> Eagle3DraftHead:
+def load_head(path: str, max_len: int, attention: AttentionChoice = AttentionChoice()) -> Eagle3DraftHead:
     """A head directory in our converted format (``weights.safetensors``) or the public one (converted in memory)."""
     if not os.path.isdir(path):
         raise AssetError(f"draft head directory {path} does not exist")
     if os.path.isfile(os.path.join(path, CKPT_NAME)):
-        return Eagle3DraftHead.load(path, max_len=max_len)
+        return Eagle3DraftHead.load(path, max_len=max_len, attention=attention)
     from ckpt_convert.eagle3 import load_public_head
 
-    return load_public_head(path, max_len=max_len)
+    return load_public_head(path, max_len=max_len, attention=attention)
 
 
 def load_proposer(draft_dir: str | None, teacher, budget: TreeBudget, window: int | None = None
                   ) -> Eagle3Proposer:
     """The EAGLE-3 proposer for ``teacher``: head from ``draft_dir`` (default: ``default_head_dir()``), its
-    cache sized by ``draft_cache_len``, embeddings shared with the teacher."""
+    cache sized by ``draft_cache_len``, embeddings shared with the teacher, attention core the teacher's."""
+    teacher.runtime.check_tree_size(budget.max_nodes)  # before any weight is read
     path = draft_dir or default_head_dir()
     if draft_dir is None and not os.path.isdir(path):
         raise AssetError(f"no default draft head at {path}: train it with scripts/train_default_head.sh or pass "
                          "--draft HEAD_DIR")
-    head = load_head(path, draft_cache_len(teacher.max_len, budget))
+    head = load_head(path, draft_cache_len(teacher.max_len, budget), teacher.attention)
     return Eagle3Proposer.for_teacher(head, teacher, budget, window)
 
 
-__all__ = ["CONTEXT_BUCKETS", "ContextForwardCell", "Eagle3Proposer", "default_head_dir", "draft_cache_len",
-           "load_head", "load_proposer"]
+__all__ = ["ContextForwardCell", "Eagle3Proposer", "default_head_dir", "draft_cache_len", "load_head",
+           "load_proposer"]

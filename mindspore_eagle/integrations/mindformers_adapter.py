@@ -108,7 +108,8 @@ class EagleSpeculativeForCausalLM(PreTrainedModel):
     def __init__(self, config: EagleSpeculativeConfig, *inputs: Any, **kwargs: Any):
         super().__init__(config, *inputs, **kwargs)
         from ..assets import require_default_model
-        from ..deploy import AscendDeployment, load_engine
+        from ..build import build
+        from ..deploy import AscendDeployment
 
         teacher_dir = require_default_model() if config.teacher_dir in (None, "", "default") else config.teacher_dir
         if not os.path.isdir(teacher_dir):
@@ -116,8 +117,11 @@ class EagleSpeculativeForCausalLM(PreTrainedModel):
         deployment = AscendDeployment(max_query_tokens=config.max_query_tokens, compute_dtype=config.compute_dtype,
                                       compile_cache_path=config.compile_cache_path or "")
         self.teacher_dir = teacher_dir
-        self.engine = load_engine(teacher_dir, config.draft_dir, config.runtime(), config.budget(), deployment,
-                                  config.window, config.speculative)
+        stack = build(teacher_dir, config.runtime(), config.draft_dir, config.budget() if config.speculative else None,
+                      speculative=config.speculative, window=config.window, deployment=deployment, tokenizer=False)
+        self.engine = stack.engine
+        # one proposer for every request (begin() resets it); None: teacher only
+        self.proposer = stack.proposer_for(None) if stack.proposer_for is not None else None
         cfg = self.engine.teacher.cfg
         if self.generation_config is not None and cfg.eos_token_ids:
             if self.generation_config.eos_token_id is None:
@@ -148,7 +152,7 @@ class EagleSpeculativeForCausalLM(PreTrainedModel):
             if budget < 1:
                 raise ConfigError(f"generate: max_length={gen.max_length} leaves no room after a "
                                   f"{len(prompt)}-token prompt; pass max_new_tokens")
-            result = self.engine.generate(prompt, budget, gen.eos, gen.sampling,
+            result = self.engine.generate(prompt, budget, gen.eos, gen.sampling, proposer=self.proposer,
                                           on_token=streamer.put if streamer is not None else None)
             self.last_generations.append(result)
             outputs.append(np.asarray(list(prompt) + list(result.tokens), np.int32))

@@ -33,6 +33,7 @@ import os
 import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 
+from ..attention import AttentionChoice
 from ..checkpoint import CKPT_NAME, load_strict
 from ..draft_config import DraftConfig
 from ..errors import CheckpointError
@@ -45,8 +46,8 @@ T2D_FILE = "t2d.npy"
 class Eagle3Attention(CachedAttention):
     """``CachedAttention`` whose q/k/v projections read the 2H-wide [embedding | hidden] input (o_proj -> H)."""
 
-    def __init__(self, cfg: DraftConfig, batch_size: int, max_len: int):
-        super().__init__(cfg, batch_size, max_len)
+    def __init__(self, cfg: DraftConfig, batch_size: int, max_len: int, attention: AttentionChoice):
+        super().__init__(cfg, batch_size, max_len, attention)
         two_h, d = 2 * cfg.hidden_size, cfg.head_dim
         self.q_proj = Linear(two_h, cfg.num_heads * d, cfg.attention_bias)
         self.k_proj = Linear(two_h, cfg.num_kv_heads * d, cfg.attention_bias)
@@ -56,11 +57,11 @@ class Eagle3Attention(CachedAttention):
 class Eagle3DecoderLayer(nn.Cell):
     """``midlayer``: attention over concat(input_layernorm(embeds), hidden_norm(hidden)), residual on hidden."""
 
-    def __init__(self, cfg: DraftConfig, batch_size: int, max_len: int):
+    def __init__(self, cfg: DraftConfig, batch_size: int, max_len: int, attention: AttentionChoice):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Eagle3Attention(cfg, batch_size, max_len)
+        self.self_attn = Eagle3Attention(cfg, batch_size, max_len, attention)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
 
@@ -82,14 +83,15 @@ class Eagle3DraftHead(nn.Cell):
     ``compute_logits`` (draft-vocabulary logits) and ``to_target`` (draft ids -> target ids).
     """
 
-    def __init__(self, cfg: DraftConfig, batch_size: int = 1, max_len: int = 1024):
+    def __init__(self, cfg: DraftConfig, batch_size: int = 1, max_len: int = 1024,
+                 attention: AttentionChoice = AttentionChoice()):
         super().__init__()
         self.cfg = cfg
         self.batch_size = batch_size
         self.max_len = max_len
         self.hidden_size = cfg.hidden_size
         self.fc = Linear(3 * cfg.target_hidden_size, cfg.hidden_size)
-        self.midlayer = Eagle3DecoderLayer(cfg, batch_size, max_len)
+        self.midlayer = Eagle3DecoderLayer(cfg, batch_size, max_len, attention)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = Linear(cfg.hidden_size, cfg.draft_vocab_size)
         self.own_embedding = cfg.target_hidden_size != cfg.hidden_size
@@ -149,10 +151,11 @@ class Eagle3DraftHead(nn.Cell):
         return ids + self.d2t.asnumpy()[ids] if self.has_vocab_map else ids
 
     @classmethod
-    def load(cls, model_dir: str, batch_size: int = 1, max_len: int = 1024) -> "Eagle3DraftHead":
+    def load(cls, model_dir: str, batch_size: int = 1, max_len: int = 1024,
+             attention: AttentionChoice = AttentionChoice()) -> "Eagle3DraftHead":
         """Load a converted head directory (``config.json``, ``weights.safetensors``, ``d2t.npy``/``t2d.npy``), strictly."""
         cfg = DraftConfig.load(model_dir)
-        head = cls(cfg, batch_size, max_len)
+        head = cls(cfg, batch_size, max_len, attention)
         load_strict(head.weight_parameters(), os.path.join(model_dir, CKPT_NAME))
         if cfg.has_vocab_map:
             paths = [os.path.join(model_dir, f) for f in (D2T_FILE, T2D_FILE)]

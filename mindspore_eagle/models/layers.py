@@ -19,6 +19,7 @@ from mindspore import Parameter, Tensor, nn, ops
 
 from .. import attention
 from ..config import RopeScaling, TeacherConfig
+from ..errors import ConfigError
 
 
 class Linear(nn.Cell):
@@ -112,12 +113,12 @@ class CachedAttention(nn.Cell):
     ``mask [B, 1, T, max_len]`` (additive float32, see ``tree.mask``) decides which rows each query sees
     (committed prefix, its own tree ancestors, itself), so stale or speculative rows never leak in.
 
-    The attention itself is the core chosen by ``mindspore_eagle.attention`` (``backend``: "reference",
-    "fused", an ``AttentionChoice``, or None for the current choice): primitives on CPU, the fused op on
-    Ascend. The cache dtype is the core's (float32 for the reference core).
+    The attention itself is the core of ``attention`` (an ``attention.AttentionChoice``, given by the builder:
+    primitives on CPU, the fused op on Ascend). The cache dtype is the core's (float32 for the reference core).
     """
 
-    def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int, backend=None):
+    def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int,
+                 choice: attention.AttentionChoice = attention.AttentionChoice()):
         super().__init__()
         h, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.num_heads, self.num_kv_heads, self.head_dim = h, hkv, d
@@ -125,8 +126,8 @@ class CachedAttention(nn.Cell):
         self.k_proj = Linear(cfg.hidden_size, hkv * d, cfg.qkv_bias)
         self.v_proj = Linear(cfg.hidden_size, hkv * d, cfg.qkv_bias)
         self.o_proj = Linear(h * d, cfg.hidden_size, cfg.o_bias)
-        choice = attention.resolve(backend)
-        self.choice = choice  # kept so a draft head can be built with the same backend
+        if not isinstance(choice, attention.AttentionChoice):
+            raise ConfigError(f"CachedAttention: attention choice must be an AttentionChoice, got {choice!r}")
         self.core = attention.make_core(h, hkv, d, choice)
         self.cast_kv = choice.backend != attention.REFERENCE  # the fused core's cache is fp16/bf16
         self.kv_dtype = attention.cache_dtype(choice)

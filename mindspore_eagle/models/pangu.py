@@ -13,15 +13,16 @@ from __future__ import annotations
 
 from mindspore import Tensor, nn, ops
 
+from ..attention import AttentionChoice
 from ..config import TeacherConfig
 from .layers import CachedAttention, Embedding, Linear, RMSNorm, SwiGLU, rope_tables, write_index
 
 
 class DecoderLayer(nn.Cell):
-    def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int):
+    def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int, attention: AttentionChoice):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = CachedAttention(cfg, batch_size, max_len)
+        self.self_attn = CachedAttention(cfg, batch_size, max_len, attention)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
 
@@ -31,10 +32,10 @@ class DecoderLayer(nn.Cell):
 
 
 class PanguModel(nn.Cell):
-    def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int):
+    def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int, attention: AttentionChoice):
         super().__init__()
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.CellList([DecoderLayer(cfg, batch_size, max_len) for _ in range(cfg.num_layers)])
+        self.layers = nn.CellList([DecoderLayer(cfg, batch_size, max_len, attention) for _ in range(cfg.num_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
 
@@ -45,14 +46,17 @@ class PanguForCausalLM(nn.Cell):
     (see ``mindspore_eagle.tree.mask``); ``logits [B, T, vocab]``; ``aux_hidden [B, T, 3 * hidden]``.
     Positions index the rotary table; ``cache_rows`` say where each token's K/V is written. They usually
     coincide for a chain, and differ inside a tree (a node at depth d has position L + d but row L + i).
+    ``attention`` picks the attention core of every layer (``mindspore_eagle.attention``; default: primitives).
     """
 
-    def __init__(self, cfg: TeacherConfig, batch_size: int = 1, max_len: int = 1024):
+    def __init__(self, cfg: TeacherConfig, batch_size: int = 1, max_len: int = 1024,
+                 attention: AttentionChoice = AttentionChoice()):
         super().__init__()
         self.cfg = cfg
         self.batch_size = batch_size
         self.max_len = max_len
-        self.model = PanguModel(cfg, batch_size, max_len)
+        self.attention = attention  # the draft head drafting for this teacher is built with the same choice
+        self.model = PanguModel(cfg, batch_size, max_len, attention)
         if not cfg.tie_word_embeddings:
             self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size)
         self.tied = cfg.tie_word_embeddings

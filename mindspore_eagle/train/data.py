@@ -45,6 +45,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..tree.inputs import ForwardInputs
 from ..tree.mask import additive_from_bool
 
 MANIFEST = "manifest.jsonl"
@@ -250,8 +251,8 @@ def generate_batch(teacher, prompts: Sequence[Sequence[int]], max_new_tokens: in
     off = 0
     while off < pmax:
         size = min(pmax - off, rt.prefill_chunk)
-        pos = np.broadcast_to(off + np.arange(size)[None], (B, size))
-        out = teacher.forward(ids[:, off:off + size], pos, pos, batch_visibility(pos, teacher.max_len))
+        out = teacher.forward(ForwardInputs.for_chains(ids[:, off:off + size], off, rt.buckets.fit(size),
+                                                       teacher.max_len))
         ti, tv = _topk(out.logits, topk)
         for b in range(B):
             real = max(0, min(size, lens[b] - off))
@@ -266,8 +267,8 @@ def generate_batch(teacher, prompts: Sequence[Sequence[int]], max_new_tokens: in
     L = lens.copy()  # row of the next token to feed, per sequence
     while not done.all():
         tok = np.array([[a[-1]] for a in answers], np.int64)
-        rows = L[:, None].copy()
-        out = teacher.forward(tok, rows, rows, batch_visibility(rows, teacher.max_len), 1)
+        rows = L[:, None].astype(np.int32)  # each sequence decodes at its own row (= position)
+        out = teacher.forward(ForwardInputs(tok.astype(np.int32), rows, rows, batch_visibility(rows, teacher.max_len), 1))
         ti, tv = _topk(out.logits[:, 0], topk)
         for b in range(B):
             if done[b]:

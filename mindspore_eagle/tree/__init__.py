@@ -11,55 +11,34 @@ Terms (defined once; used with these meanings everywhere in the project):
   node       one row of a tree: a token, its parent index and depth; real nodes are numbered parents-first.
   depth      number of edges from the root (root 0); a node's RoPE position is ``committed_len + depth``.
   ancestor   a node reached by following parents from a node; "ancestors-or-self" includes the node itself.
-  draft      a token proposed by the draft head; every non-root real node is a draft.
+  draft      a token proposed by a draft (the EAGLE-3 head or a suffix match); every non-root real node is one.
   accepted   draft tokens the teacher's verification keeps: a root-to-node path of the tree.
   bonus      the teacher's own token after the last accepted node; it becomes the next step's root.
-  bucket     a fixed row count (8/16/32/64) that trees are padded to, so a graph compiles once per bucket.
+  bucket     a fixed row count (``config.Buckets``) that every forward is padded to: one graph per bucket.
   padding    rows appended to fill a bucket: ``valid == False``, parent 0, depth 1; no real node sees them.
-  pad slot   ``PAD_SLOT`` (= 0, the root's index): fills unused ancestor-table and path entries instead of -1;
-             masked out by position (entries past the node's depth), so it is always a safe index.
+  pad slot   ``PAD_SLOT`` (= 0, the root's index): fills unused ancestor-table entries instead of -1.
 
-Data flow: ``TreeLayout.from_levels`` -> ``check_tree`` -> ``.padded(choose_bucket(n))`` ->
-``tree_attention_mask`` (host) or ``TreeAttentionMaskCell`` (in graph; identical result) -> teacher forward.
+Data flow of one verification (``engine.SpeculativeEngine._step``): proposer -> ``check_tree`` ->
+``ForwardInputs.for_tree`` (``layout.padded(bucket)``, positions, rows, ``tree_attention_mask``) -> teacher forward.
+Prefill chunks and draft context chunks are ``TreeLayout.chain`` trees and go through the same builder.
 """
 
-from mindspore_eagle.tree.graph_mask import TreeAttentionMaskCell, TreeMaskCell
+from mindspore_eagle.tree.inputs import ForwardInputs
 from mindspore_eagle.tree.invariants import check_tree
-from mindspore_eagle.tree.layout import (
-    DEFAULT_BUCKETS,
-    PAD_DEPTH,
-    PAD_SLOT,
-    PAD_TOKEN,
-    ROOT,
-    TreeLayout,
-    choose_bucket,
-    compute_depth,
-)
-from mindspore_eagle.tree.mask import (
-    ascend_tree_mask,
-    tree_attention_mask,
-    tree_attention_mask_prefix,
-    tree_attention_visibility,
-    tree_block_mask,
-    tree_visibility,
-)
+from mindspore_eagle.tree.layout import PAD_DEPTH, PAD_SLOT, PAD_TOKEN, ROOT, TreeLayout, compute_depth
+from mindspore_eagle.tree.mask import ascend_tree_mask, tree_attention_mask, tree_attention_visibility, tree_visibility
 
 __all__ = [
-    "DEFAULT_BUCKETS",
+    "ForwardInputs",
     "PAD_DEPTH",
     "PAD_SLOT",
     "PAD_TOKEN",
     "ROOT",
-    "TreeAttentionMaskCell",
     "TreeLayout",
-    "TreeMaskCell",
     "ascend_tree_mask",
     "check_tree",
-    "choose_bucket",
     "compute_depth",
     "tree_attention_mask",
-    "tree_attention_mask_prefix",
     "tree_attention_visibility",
-    "tree_block_mask",
     "tree_visibility",
 ]

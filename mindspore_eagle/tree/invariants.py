@@ -47,7 +47,7 @@ def _describe_backward_parent(parents: np.ndarray, node: int) -> str:
     return f"node {node}: parent {p} >= own index {node} (rule: topological order, 0 <= parent < index)"
 
 
-def check_tree(layout: "TreeLayout", vocab_size: int, max_depth: int | None = None) -> None:
+def check_tree(layout: "TreeLayout", vocab_size: int) -> None:
     """Raise TreeInvariantError naming the first node that breaks a layout rule; return None if all hold.
 
     Rules, in the order checked (earlier rules make later ones well defined):
@@ -57,8 +57,7 @@ def check_tree(layout: "TreeLayout", vocab_size: int, max_depth: int | None = No
       closure       a real node's parent is real (padding can never be an ancestor of a real node);
       padding       padding rows hang off the root at PAD_DEPTH, after every real node;
       depth         depth[i] == depth[parents[i]] + 1 for i > 0 (padding hangs off the root, so PAD_DEPTH);
-      tokens        every token in [0, vocab_size);
-      depth budget  if ``max_depth`` is given, no row deeper (a TreeMaskCell(max_depth) walks that far only).
+      tokens        every token in [0, vocab_size).
     """
     if vocab_size < 1:
         raise ConfigError(f"vocab_size={vocab_size}: must be >= 1")
@@ -117,6 +116,3 @@ def check_tree(layout: "TreeLayout", vocab_size: int, max_depth: int | None = No
         bad = _first((tokens < 0) | (tokens >= vocab_size))
         raise TreeInvariantError(f"node {bad}: token {int(tokens[bad])} not in [0, {vocab_size}) (rule: token range)")
 
-    if max_depth is not None and depth.max() > max_depth:
-        bad = _first(depth > max_depth)
-        raise TreeInvariantError(f"node {bad}: depth {int(depth[bad])} > max_depth {max_depth} (rule: depth budget)")

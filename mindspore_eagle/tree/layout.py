@@ -36,9 +36,6 @@ PAD_DEPTH = 1
 """Depth of a padding row: a padding row is shaped like a leaf child of the root (parent ``ROOT``), so the
 parent/depth rules hold for every row without special cases. It is inert because ``valid`` is False."""
 
-DEFAULT_BUCKETS = (8, 16, 32, 64)
-
-
 def _frozen_array(values, dtype, field: str) -> np.ndarray:
     """Copy ``values`` into a read-only 1-D array of ``dtype``; refuse floats and non-bool masks."""
     arr = np.asarray(values)
@@ -52,12 +49,6 @@ def _frozen_array(values, dtype, field: str) -> np.ndarray:
     out = np.array(arr, dtype=dtype)  # always a private copy, so freezing it cannot affect the caller
     out.setflags(write=False)
     return out
-
-
-def _level_array(values) -> np.ndarray:
-    """1-D view of one level's tokens or parents; an empty level stays integer (``np.asarray([])`` is float)."""
-    arr = np.asarray(values).reshape(-1)
-    return arr.astype(np.int64) if arr.size == 0 else arr
 
 
 def compute_depth(parents: np.ndarray) -> np.ndarray:
@@ -80,14 +71,6 @@ def compute_depth(parents: np.ndarray) -> np.ndarray:
             )
         depth[i] = depth[p[i]] + 1
     return np.asarray(depth, dtype=np.int64)
-
-
-def choose_bucket(num_nodes: int, buckets: Sequence[int] = DEFAULT_BUCKETS) -> int:
-    """Smallest bucket ``>= num_nodes``: graph mode compiles once per bucket, not once per tree size."""
-    fitting = [b for b in buckets if b >= num_nodes]
-    if num_nodes < 1 or not fitting:
-        raise ConfigError(f"num_nodes={num_nodes}: no bucket in {tuple(buckets)} fits (need 1 <= num_nodes <= max)")
-    return min(fitting)
 
 
 @dataclass(frozen=True, eq=False)
@@ -139,30 +122,14 @@ class TreeLayout:
         return cls(tokens_arr, parents_arr, depth, np.ones(depth.shape[0], dtype=np.bool_))
 
     @classmethod
-    def from_levels(cls, root_token: int, levels: Sequence[tuple[Sequence[int], Sequence[int]]]) -> "TreeLayout":
-        """All-real layout from tree growth's per-level output.
+    def chain(cls, tokens: Sequence[int]) -> "TreeLayout":
+        """A path: node i's parent is node i - 1. A prefill chunk or a draft context chunk is this tree, so it is
+        padded, masked (causally) and positioned by the same rules as a verification tree.
 
-        ``levels[d - 1] = (tokens [k_d], parent_idx [k_d])`` for depth ``d = 1..D``. Nodes are numbered level by
-        level in order (root 0, then level 1 as ``1..k_1``, level 2 as ``k_1+1..k_1+k_2``, ...), and
-        ``parent_idx`` uses that global numbering. Example: root 5, levels [([8, 9], [0, 0]), ([4], [2])] ->
-        tokens [5, 8, 9, 4], parents [0, 0, 0, 2], depth [0, 1, 1, 2]. Whether each parent really sits on the
-        previous level is left to ``check_tree`` (rule: depth consistency).
+        Example: tokens [4, 8, 6] -> parents [0, 0, 1], depth [0, 1, 2] (positions L, L+1, L+2).
         """
-        tokens = [np.asarray([root_token])]
-        parents = [np.zeros(1, dtype=np.int64)]
-        sizes = [1]
-        for d, (level_tokens, level_parents) in enumerate(levels, start=1):
-            lt = _level_array(level_tokens)
-            lp = _level_array(level_parents)
-            if lt.shape != lp.shape:
-                raise TreeInvariantError(
-                    f"level {d}: {lt.shape[0]} tokens but {lp.shape[0]} parent indices (rule: shape)"
-                )
-            tokens.append(lt)
-            parents.append(lp)
-            sizes.append(lt.shape[0])
-        depth = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)  # level d's k_d nodes sit at depth d
-        return cls(np.concatenate(tokens), np.concatenate(parents), depth, np.ones(depth.shape[0], dtype=np.bool_))
+        n = len(tokens)
+        return cls.from_parents(tokens, np.maximum(np.arange(n, dtype=np.int64) - 1, 0))
 
     @classmethod
     def single(cls, root_token: int) -> "TreeLayout":
@@ -250,30 +217,3 @@ class TreeLayout:
         if committed_len < 0:
             raise ConfigError(f"committed_len={committed_len}: must be >= 0")
         return self.depth + np.int64(committed_len)
-
-    def _check_node(self, node: int) -> int:
-        if not 0 <= node < self.num_nodes:
-            raise ConfigError(f"node={node}: not in [0, {self.num_nodes})")
-        return int(node)
-
-    def path_to(self, node: int, num_levels: int | None = None) -> np.ndarray:
-        """int64 ``[D]``: node indices from the root to ``node``, then ``PAD_SLOT`` (see ``path_length``).
-
-        Example: parents [0, 0, 1], node 2, D=4 -> [0, 1, 2, PAD_SLOT].
-        """
-        node = self._check_node(node)
-        d = self._num_levels(num_levels)
-        path = np.full(d, PAD_SLOT, dtype=np.int64)
-        cur = node
-        for k in range(int(self.depth[node]), -1, -1):
-            path[k] = cur
-            cur = int(self.parents[cur])
-        return path
-
-    def path_length(self, node: int) -> int:
-        """Number of real entries of ``path_to(node)``: ``depth[node] + 1`` (root and node included)."""
-        return int(self.depth[self._check_node(node)]) + 1
-
-    def path_mask(self, node: int, num_levels: int | None = None) -> np.ndarray:
-        """bool ``[D]``: True on the real entries of ``path_to(node)``, False on its ``PAD_SLOT`` entries."""
-        return np.arange(self._num_levels(num_levels)) < self.path_length(node)

@@ -13,9 +13,8 @@ The teacher reads its whole static cache ``[0, cache_len)`` every forward, so a 
 ``[B, 1, T, cache_len]``: columns the row may not see (later rows, stale speculative rows, unused rows)
 are hidden.
 
-Tree masks (host builders below; ``graph_mask.TreeMaskCell`` builds the same thing inside a graph): tree
-node ``i`` is written at cache row ``committed_len + i`` and sees the committed prefix ``[0, committed_len)``
-plus exactly its ancestors-or-self. A padding row sees the prefix and itself only, and no real row sees it,
+Tree masks (host builders below): tree node ``i`` is written at cache row ``committed_len + i`` and sees the
+committed prefix ``[0, committed_len)`` plus exactly its ancestors-or-self (for a chain, that is the causal mask). A padding row sees the prefix and itself only, and no real row sees it,
 so padding cannot change a real node's output and no row is ever fully masked.
 """
 
@@ -35,25 +34,6 @@ def additive_from_bool(visible: np.ndarray) -> np.ndarray:
 def ascend_uint8_from_bool(visible: np.ndarray) -> np.ndarray:
     """Boolean visibility -> Ascend fused-attention mask (uint8, 1 = masked out)."""
     return np.logical_not(visible).astype(np.uint8)
-
-
-def causal_visibility(start: int, num_rows: int, cache_len: int) -> np.ndarray:
-    """Visibility ``[num_rows, cache_len]`` of a causal chunk written at rows ``start .. start+num_rows-1``.
-
-    Row ``t`` sits at cache row ``start + t`` and sees every column ``<= start + t``.
-    Example: start=2, num_rows=2, cache_len=5 ->
-        [[1 1 1 0 0],
-         [1 1 1 1 0]]
-    """
-    cols = np.arange(cache_len)[None, :]
-    rows = start + np.arange(num_rows)[:, None]
-    return cols <= rows
-
-
-def causal_mask(start: int, num_rows: int, cache_len: int, batch: int = 1) -> np.ndarray:
-    """Additive causal mask ``[batch, 1, num_rows, cache_len]`` for a chunk starting at cache row ``start``."""
-    vis = causal_visibility(start, num_rows, cache_len)
-    return np.broadcast_to(additive_from_bool(vis), (batch, 1, num_rows, cache_len)).copy()
 
 
 # ----- tree masks ----------------------------------------------------------------------------------------
@@ -78,11 +58,6 @@ def tree_visibility(layout: TreeLayout) -> np.ndarray:
     vis &= layout.valid[:, None] & layout.valid[None, :]
     vis[np.arange(n), np.arange(n)] = True
     return vis
-
-
-def tree_block_mask(layout: TreeLayout) -> np.ndarray:
-    """bool ``[1, 1, N, N]``: the tree region of the mask only (``tree_visibility`` with batch and head axes)."""
-    return tree_visibility(layout)[None, None]
 
 
 def tree_attention_visibility(layout: TreeLayout, committed_len: int, cache_len: int) -> np.ndarray:
@@ -111,11 +86,6 @@ def tree_attention_visibility(layout: TreeLayout, committed_len: int, cache_len:
 def tree_attention_mask(layout: TreeLayout, committed_len: int, cache_len: int) -> np.ndarray:
     """Additive float32 ``[1, 1, N, cache_len]`` over the whole static cache: what the teacher consumes."""
     return additive_from_bool(tree_attention_visibility(layout, committed_len, cache_len))[None, None]
-
-
-def tree_attention_mask_prefix(layout: TreeLayout, prefix_len: int) -> np.ndarray:
-    """Additive float32 ``[1, 1, N, prefix_len + N]``: prefix columns then tree columns, nothing else."""
-    return tree_attention_mask(layout, prefix_len, prefix_len + layout.num_nodes)
 
 
 def ascend_tree_mask(layout: TreeLayout, committed_len: int, cache_len: int) -> np.ndarray:

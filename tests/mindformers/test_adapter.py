@@ -27,7 +27,7 @@ from mindspore_eagle.integrations.mindformers_adapter import (  # noqa: E402
     EagleSpeculativeForCausalLM,
     load_tokenizer,
 )
-from tests.test_msrun_generate import make_tiny_pair  # noqa: E402
+from tests.helpers import make_tiny_pair  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 YAML = os.path.join(ROOT, "configs", "mindformers", "predict_eagle_speculative.yaml")

@@ -1,0 +1,103 @@
+"""The one builder: teacher, engine, tokenizer and per-request draft for every entry point.
+
+``mindspore-eagle generate / bench / eval``, the msrun generation script, the sweep and ablation scripts and the
+MindFormers adapter all build through ``build``, so every one of them gets the same checks in the same order:
+
+1. the deployment plan (``deploy.prepare``: device, Ascend limits, compile cache), which also picks the attention
+   core -- the *one* ``AttentionChoice``, passed explicitly to the teacher and to the draft head;
+2. the tree budget against the runtime's buckets (``RuntimeConfig.check_tree_size``) before any weight is read;
+3. the teacher (strict load), the tokenizer and the end-of-turn ids;
+4. the draft: the shipped EAGLE-3 head or a head directory (loaded once, reused per request), or an oracle bound
+   ("oracle" / "wrong", made per request from that request's greedy output).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+
+from .config import RuntimeConfig, TeacherConfig
+from .draft_config import DraftConfig, TreeBudget
+from .engine import SpeculativeEngine
+from .errors import ConfigError
+from .harness import ProposerFactory
+from .teacher import Teacher
+
+ORACLES = ("oracle", "wrong")
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Everything one entry point runs with. ``proposer_for`` is None when built without a draft."""
+
+    teacher: Teacher
+    engine: SpeculativeEngine
+    tokenizer: object | None  # mindspore_eagle.tokenizer.Tokenizer; None when built without one
+    eos: tuple[int, ...]  # end-of-turn ids: the model config's, then the tokenizer's
+    model_dir: str  # absolute
+    proposer_for: ProposerFactory | None
+    draft_label: str  # absolute head directory, "oracle", "wrong", or "none"
+    budget: TreeBudget | None
+
+    def with_draft(self, draft: str | None, budget: TreeBudget, window: int | None = None) -> "Stack":
+        """This stack (same teacher, engine and tokenizer) with another draft: sweeps load the teacher once."""
+        from .draft import default_head_dir, load_proposer
+
+        check_draft_fits(self.teacher.runtime, draft, budget)
+        if draft in ORACLES:
+            proposer_for, label = oracle_factory(draft, budget.depth, self.teacher.cfg.vocab_size), draft
+        else:
+            proposer = load_proposer(draft, self.teacher, budget, window)
+            proposer_for, label = (lambda greedy: proposer), os.path.abspath(draft or default_head_dir())
+        return dataclasses.replace(self, proposer_for=proposer_for, draft_label=label, budget=budget)
+
+
+def build(model: str | None, runtime: RuntimeConfig, draft: str | None = None, budget: TreeBudget | None = None, *,
+          speculative: bool = True, window: int | None = None, deployment=None, tokenizer: bool = True) -> Stack:
+    """Build a ``Stack`` (see the module docstring). ``model`` None: the installed default teacher; ``draft`` None:
+    the shipped head for it; ``speculative`` False: teacher only (no draft is loaded)."""
+    from . import deploy
+    from .assets import require_default_model
+    from .draft import default_head_dir
+
+    model_dir = os.path.abspath(model or require_default_model())
+    budget = (budget or TreeBudget()) if speculative else None
+    if budget is not None:
+        check_draft_fits(runtime, draft, budget)
+    teacher_cfg = TeacherConfig.load(model_dir)
+    draft_cfg = None
+    if speculative and draft not in ORACLES and runtime.device == "Ascend":
+        head_dir = draft or default_head_dir()
+        draft_cfg = DraftConfig.load(head_dir) if os.path.isdir(head_dir) else None  # a missing one: reported below
+    choice = deploy.prepare(runtime, budget, teacher_cfg, deployment, draft_cfg)
+    teacher = Teacher.load(model_dir, runtime, choice)
+    tok = None
+    if tokenizer:
+        from .tokenizer import load_tokenizer
+
+        tok = load_tokenizer(model_dir)
+    eos = tuple(dict.fromkeys(tuple(teacher.cfg.eos_token_ids) + (tuple(tok.eos_token_ids) if tok else ())))
+    stack = Stack(teacher, SpeculativeEngine(teacher), tok, eos, model_dir, None, "none", None)
+    return stack.with_draft(draft, budget, window) if speculative else stack
+
+
+def check_draft_fits(runtime: RuntimeConfig, draft: str | None, budget: TreeBudget) -> None:
+    """ConfigError naming both when the draft's largest tree fits no bucket of ``runtime``: ``budget.max_nodes`` for a
+    head, ``depth + 1`` for an oracle chain."""
+    if draft in ORACLES:
+        runtime.check_tree_size(budget.depth + 1, "oracle chain of TreeBudget.depth + 1")
+    else:
+        runtime.check_tree_size(budget.max_nodes)
+
+
+def oracle_factory(mode: str, depth: int, vocab_size: int) -> ProposerFactory:
+    """Per request, an ``OracleProposer`` over that request's greedy output (a bound, not a draft)."""
+    from .oracle import OracleProposer
+
+    if mode not in ORACLES:
+        raise ConfigError(f"oracle mode {mode!r}: expected one of {ORACLES}")
+    return lambda greedy: OracleProposer(greedy.tokens, depth, vocab_size, mode)
+
+
+__all__ = ["ORACLES", "Stack", "build", "check_draft_fits", "oracle_factory"]

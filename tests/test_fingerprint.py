@@ -1,0 +1,53 @@
+"""A directory fingerprint follows the content, not the path or the time it was written."""
+
+import os
+import shutil
+
+import pytest
+
+from mindspore_eagle.errors import AssetError
+from mindspore_eagle.fingerprint import EDGE_BYTES, FULL_BYTES, directory_fingerprint
+
+
+def write(d, name, data):
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def test_the_same_content_anywhere_gives_the_same_fingerprint(tmp_path):
+    a = tmp_path / "a"
+    write(a, "config.json", b'{"x": 1}')
+    write(a, "weights.safetensors", bytes(range(256)) * 100)
+    b = tmp_path / "elsewhere" / "b"
+    shutil.copytree(a, b)
+    os.utime(b / "config.json", (0, 0))  # another mtime
+    write(b, ".hidden-tmp", b"ignored")  # hidden files (temporary outputs) do not count
+    assert directory_fingerprint(str(a)) == directory_fingerprint(str(b))
+    assert directory_fingerprint(str(a)).startswith("sha256:")
+
+
+def test_one_changed_byte_of_a_small_file_changes_it(tmp_path):
+    write(tmp_path, "weights.safetensors", b"\0" * 5000)
+    before = directory_fingerprint(str(tmp_path))
+    write(tmp_path, "weights.safetensors", b"\0" * 4999 + b"\1")
+    assert directory_fingerprint(str(tmp_path)) != before
+
+
+def test_a_large_file_is_sampled_at_its_header_its_end_and_spread_blocks(tmp_path):
+    size = FULL_BYTES + 3 * EDGE_BYTES
+    data = bytearray(size)
+    write(tmp_path, "w.bin", bytes(data))
+    before = directory_fingerprint(str(tmp_path))
+    for offset in (10, size - 10, size // 17 + 5):  # the header, the tail, the first spread block
+        changed = bytearray(data)
+        changed[offset] = 1
+        write(tmp_path, "w.bin", bytes(changed))
+        assert directory_fingerprint(str(tmp_path)) != before, offset
+    write(tmp_path, "w.bin", bytes(data) + b"\0")  # one byte longer
+    assert directory_fingerprint(str(tmp_path)) != before
+
+
+def test_a_path_that_is_not_a_directory_is_an_asset_error(tmp_path):
+    with pytest.raises(AssetError, match="not a directory"):
+        directory_fingerprint(str(tmp_path / "missing"))
