@@ -22,6 +22,7 @@ from typing import Mapping
 
 import numpy as np
 
+from mindspore_eagle.atomic import check_output_dir
 from mindspore_eagle.draft_config import DraftConfig
 from mindspore_eagle.errors import CheckpointError, ConfigError
 from mindspore_eagle.models.eagle3 import (D2T_FILE, T2D_FILE, Eagle3DraftHead, check_vocab_map,
@@ -115,6 +116,7 @@ def read_checked_head(src: str) -> tuple[DraftConfig, dict[str, np.ndarray], np.
 
 def convert_eagle3(src: str, out_dir: str, overwrite: bool = False) -> DraftConfig:
     """Public EAGLE-3 head directory -> our head directory (strict, atomic). Returns the DraftConfig."""
+    check_output_dir(out_dir, overwrite, CheckpointError, (src,))
     cfg, tensors, d2t, t2d = read_checked_head(src)
 
     def write_vocab_map(tmp: str) -> None:
@@ -122,7 +124,7 @@ def convert_eagle3(src: str, out_dir: str, overwrite: bool = False) -> DraftConf
             np.save(os.path.join(tmp, D2T_FILE), np.asarray(d2t).astype(np.int64))
             np.save(os.path.join(tmp, T2D_FILE), np.asarray(t2d).astype(np.bool_))
 
-    write_model_dir(out_dir, cfg, tensors, write_vocab_map, overwrite)
+    write_model_dir(out_dir, cfg, tensors, write_vocab_map, overwrite, (src,))
     return cfg
 
 

@@ -73,7 +73,7 @@ def test_bad_checkpoint_raises_one_error_naming_tensors_and_writes_nothing(hf_pa
     for name in named:
         assert name in str(err.value)
     assert not out.exists()
-    assert [p for p in os.listdir(tmp_path) if p.startswith(".convert-")] == []
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".tmp-")] == []
 
 
 def test_truncated_safetensors_is_refused_without_output(hf_pangu, tmp_path):
