@@ -29,7 +29,7 @@ from mindspore_eagle.errors import CheckpointError, ConfigError
 from mindspore_eagle.models.pangu import expected_weight_shapes
 
 from .name_map import HF_STALE_SUFFIXES, gguf_name_to_ours, is_linear_weight, unpermute_rope_rows
-from .readers import read_gguf, read_safetensors
+from .readers import contained_file, read_gguf, read_safetensors
 
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
                       "generation_config.json", "chat_template.jinja")
@@ -121,7 +121,7 @@ def convert_hf(src: str, out_dir: str, overwrite: bool = False, aux_layer_ids: t
     def copy_tokenizer(tmp: str) -> None:
         for name in HF_TOKENIZER_FILES:
             if os.path.isfile(os.path.join(src, name)):
-                shutil.copyfile(os.path.join(src, name), os.path.join(tmp, name))
+                shutil.copyfile(contained_file(src, name, src), os.path.join(tmp, name))
 
     write_model_dir(out_dir, cfg, tensors, copy_tokenizer, overwrite, (src,))
     return cfg

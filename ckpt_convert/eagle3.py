@@ -23,6 +23,7 @@ from typing import Mapping
 import numpy as np
 
 from mindspore_eagle.atomic import check_output_dir
+from mindspore_eagle.checkpoint import checked_weight
 from mindspore_eagle.draft_config import DraftConfig
 from mindspore_eagle.errors import CheckpointError, ConfigError
 from mindspore_eagle.models.eagle3 import (D2T_FILE, T2D_FILE, Eagle3DraftHead, check_vocab_map,
@@ -30,7 +31,7 @@ from mindspore_eagle.models.eagle3 import (D2T_FILE, T2D_FILE, Eagle3DraftHead, 
 
 from .convert import check_tensors, write_model_dir
 from .name_map import HF_STALE_SUFFIXES
-from .readers import read_safetensors
+from .readers import contained_file, read_safetensors
 
 VOCAB_MAP = ("d2t", "t2d")
 
@@ -39,12 +40,13 @@ def _is_linear(name: str) -> bool:
     return name.endswith("_proj.weight") or name in ("fc.weight", "lm_head.weight")
 
 
-def _as_numpy(name: str, arr) -> np.ndarray:
-    """Float tensors -> float32 (fp16/bf16 sources too); the vocabulary map keeps its integer / bool dtype."""
+def _as_numpy(path: str, name: str, arr) -> np.ndarray:
+    """Weights -> float32 (fp16/bf16 sources too; finite floats only, ``checked_weight``); the vocabulary map
+    keeps its integer / bool dtype (``check_vocab_map`` validates it)."""
     arr = np.asarray(arr)
     if name in VOCAB_MAP:
         return arr
-    return np.asarray(arr, dtype=np.float32)
+    return checked_weight(path, name, arr)
 
 
 def read_head_tensors(src: str) -> dict[str, np.ndarray]:
@@ -52,8 +54,8 @@ def read_head_tensors(src: str) -> dict[str, np.ndarray]:
     has_st = any(os.path.isfile(os.path.join(src, f)) for f in ("model.safetensors", "model.safetensors.index.json"))
     bin_path = os.path.join(src, "pytorch_model.bin")
     if not has_st and os.path.isfile(bin_path):
-        return _read_torch_bin(bin_path)
-    return read_safetensors(src, lambda path, name, arr: _as_numpy(name, arr))
+        return _read_torch_bin(contained_file(src, "pytorch_model.bin", src))
+    return read_safetensors(src, _as_numpy)
 
 
 def _read_torch_bin(path: str) -> dict[str, np.ndarray]:
@@ -69,7 +71,7 @@ def _read_torch_bin(path: str) -> dict[str, np.ndarray]:
     out = {}
     for name, t in state.items():
         t = t.detach()
-        out[name] = _as_numpy(name, t.float().numpy() if t.is_floating_point() else t.numpy())
+        out[name] = _as_numpy(path, name, t.float().numpy() if t.is_floating_point() else t.numpy())
     return out
 
 

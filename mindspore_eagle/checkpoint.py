@@ -8,6 +8,11 @@ memory than the tensor being assigned, and is the format other stacks read.
 
 ``ms.load_param_into_net`` silently skips what does not match; ``load_strict`` reports every missing,
 unexpected or mis-shaped tensor in one ``CheckpointError`` before any weight is assigned.
+
+Every weight, converted or loaded, passes ``checked_weight``: integer and bool tensors are refused (a cast would
+load garbage silently) and so are NaN/Inf values, which otherwise load fine and only show up as an empty greedy
+answer (argmax of NaN logits is token 0), a crash inside numpy's sampler, or a draft head that never gets a
+token accepted. The check runs per tensor while it is read and costs one pass over memory already in cache.
 """
 
 from __future__ import annotations
@@ -39,6 +44,42 @@ def save_tensors(tensors: Mapping[str, np.ndarray], path: str, metadata: Mapping
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def checked_weight(source: str, name: str, arr: np.ndarray) -> np.ndarray:
+    """``arr`` as float32, or a CheckpointError naming ``source`` and the tensor: the dtype must be floating point
+    (fp32, fp16, bf16, fp64) and every value finite."""
+    if arr.dtype.kind != "f" and str(arr.dtype) != "bfloat16":
+        raise CheckpointError(f"{source}: tensor {name} has dtype {arr.dtype}; weights must be floating point "
+                              "(fp32, fp16 or bf16)")
+    arr = np.asarray(arr, dtype=np.float32)
+    finite = np.isfinite(arr)
+    if not finite.all():
+        bad = np.flatnonzero(~finite)
+        kinds = sorted({"NaN" if np.isnan(v) else "Inf" for v in arr.reshape(-1)[bad[:1000]]})
+        raise CheckpointError(f"{source}: tensor {name} holds {bad.size} non-finite value"
+                              f"{'s' if bad.size > 1 else ''} ({'/'.join(kinds)}, first at flat index {bad[0]}); "
+                              "the checkpoint is corrupt or was saved after training diverged: re-export or "
+                              "re-download it")
+    return arr
+
+
+def load_array(path: str, kinds: str, shape: tuple[int, ...], expected: str) -> np.ndarray:
+    """A ``.npy`` side file (e.g. a head's ``d2t.npy``) read without pickle and checked: dtype kind in ``kinds``
+    (numpy kind letters, ``expected`` names them for the message) and exactly ``shape``; else CheckpointError."""
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:  # garbage, truncated, pickled or object arrays
+        raise CheckpointError(f"{path}: not a numpy array file ({type(exc).__name__}: {exc}); convert or export "
+                              "the head again") from None
+    if not isinstance(arr, np.ndarray):  # an .npz archive under a .npy name
+        arr.close()
+        raise CheckpointError(f"{path}: not a numpy array file (an .npz archive); convert or export the head again")
+    if arr.dtype.kind not in kinds:
+        raise CheckpointError(f"{path}: dtype {arr.dtype}; expected {expected}")
+    if arr.shape != tuple(shape):
+        raise CheckpointError(f"{path}: shape {arr.shape}; expected {tuple(shape)}")
+    return arr
 
 
 def _open(path: str):
@@ -74,8 +115,9 @@ def load_tensors(path: str, names: Iterable[str] | None = None) -> dict[str, np.
 def load_strict(params: dict, ckpt_path: str) -> None:
     """Assign the tensors of ``ckpt_path`` to ``params`` (name -> Parameter), all or nothing.
 
-    Names and shapes are checked from the header before any weight is read; tensors are then read and
-    assigned one at a time, so peak extra memory is one tensor.
+    Names and shapes are checked from the header before any weight is read; tensors are then read, checked
+    (``checked_weight``) and assigned one at a time, so peak extra memory is one tensor. A tensor refused
+    midway leaves earlier Parameters assigned: callers discard the model on error.
     """
     from mindspore import Tensor
 
@@ -94,6 +136,4 @@ def load_strict(params: dict, ckpt_path: str) -> None:
             except Exception as exc:
                 raise CheckpointError(f"{ckpt_path}: cannot read tensor {name} "
                                       f"({type(exc).__name__}: {exc})") from None
-            if arr.dtype.kind != "f":
-                raise CheckpointError(f"{ckpt_path}: tensor {name} has non-float dtype {arr.dtype}")
-            p.set_data(Tensor(np.asarray(arr, dtype=np.float32)).astype(p.dtype))
+            p.set_data(Tensor(checked_weight(ckpt_path, name, arr)).astype(p.dtype))
