@@ -24,8 +24,8 @@ import numpy as np
 
 from mindspore_eagle.atomic import atomic_directory, check_output_dir
 from mindspore_eagle.checkpoint import CKPT_NAME, save_tensors
-from mindspore_eagle.config import TeacherConfig
-from mindspore_eagle.errors import CheckpointError, ConfigError
+from mindspore_eagle.config import TeacherConfig, read_config_json
+from mindspore_eagle.errors import CheckpointError
 from mindspore_eagle.models.pangu import expected_weight_shapes
 
 from .name_map import HF_STALE_SUFFIXES, gguf_name_to_ours, is_linear_weight, unpermute_rope_rows
@@ -104,15 +104,9 @@ def write_model_dir(out_dir: str, cfg: TeacherConfig, tensors: Mapping[str, np.n
 def convert_hf(src: str, out_dir: str, overwrite: bool = False, aux_layer_ids: tuple[int, ...] = ()) -> TeacherConfig:
     """HF checkpoint dir (config.json + safetensors, single or sharded; fp32/fp16/bf16) -> model dir."""
     check_output_dir(out_dir, overwrite, CheckpointError, (src,))
-    cfg_path = os.path.join(src, "config.json")
-    if not os.path.isfile(cfg_path):
+    if not os.path.isfile(os.path.join(src, "config.json")):
         raise CheckpointError(f"{src}: no config.json")
-    with open(cfg_path, encoding="utf-8") as f:
-        try:
-            hf_cfg = json.load(f)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{cfg_path}: not valid JSON ({exc})") from None
-    cfg = TeacherConfig.from_hf_dict(hf_cfg)
+    cfg = TeacherConfig.from_hf_dict(read_config_json(src))
     if aux_layer_ids:
         cfg = _with_aux(cfg, aux_layer_ids)
     tensors = hf_to_ours(read_safetensors(src), cfg)

@@ -16,7 +16,6 @@ vocabulary (no map; the reference code deletes them too), rotary ``inv_freq``.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Mapping
 
@@ -24,8 +23,9 @@ import numpy as np
 
 from mindspore_eagle.atomic import check_output_dir
 from mindspore_eagle.checkpoint import checked_weight
+from mindspore_eagle.config import read_config_json
 from mindspore_eagle.draft_config import DraftConfig
-from mindspore_eagle.errors import CheckpointError, ConfigError
+from mindspore_eagle.errors import CheckpointError
 from mindspore_eagle.models.eagle3 import (D2T_FILE, T2D_FILE, Eagle3DraftHead, check_vocab_map,
                                            expected_head_shapes)
 
@@ -90,14 +90,9 @@ def hf_head_to_ours(tensors: Mapping[str, np.ndarray], cfg: DraftConfig) -> dict
 
 
 def load_hf_config(src: str) -> DraftConfig:
-    path = os.path.join(src, "config.json")
-    if not os.path.isfile(path):
+    if not os.path.isfile(os.path.join(src, "config.json")):
         raise CheckpointError(f"{src}: no config.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            return DraftConfig.from_hf_dict(json.load(f))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    return DraftConfig.from_hf_dict(read_config_json(src))
 
 
 def read_checked_head(src: str) -> tuple[DraftConfig, dict[str, np.ndarray], np.ndarray | None, np.ndarray | None]:

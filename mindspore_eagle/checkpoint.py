@@ -82,11 +82,31 @@ def load_array(path: str, kinds: str, shape: tuple[int, ...], expected: str) -> 
     return arr
 
 
+# Files that make a directory a checkpoint of another format, which ``mindspore-eagle convert`` imports.
+FOREIGN_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+def unconverted_hint(model_dir: str) -> str | None:
+    """What to tell a user who passed an unconverted HuggingFace checkpoint as a model directory (None when
+    ``model_dir`` has our checkpoint, or no foreign weights either)."""
+    if os.path.isfile(os.path.join(model_dir, CKPT_NAME)):
+        return None
+    found = [n for n in FOREIGN_WEIGHTS if os.path.isfile(os.path.join(model_dir, n))]
+    if not found:
+        return None
+    return (f"{model_dir}: this looks like a HuggingFace checkpoint ({found[0]}, no {CKPT_NAME}); convert it once "
+            f"with `mindspore-eagle convert {model_dir} OUT_DIR` and pass OUT_DIR instead")
+
+
 def _open(path: str):
     from safetensors import safe_open
 
     if not os.path.isfile(path):
-        legacy = os.path.join(os.path.dirname(path), LEGACY_CKPT_NAME)
+        model_dir = os.path.dirname(path)
+        hint = unconverted_hint(model_dir)
+        if hint:
+            raise CheckpointError(hint)
+        legacy = os.path.join(model_dir, LEGACY_CKPT_NAME)
         hint = (f" (found {LEGACY_CKPT_NAME}, written by an older version: convert the model again)"
                 if os.path.isfile(legacy) else "")
         raise CheckpointError(f"{path}: checkpoint file not found{hint}")
