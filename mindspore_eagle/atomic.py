@@ -97,6 +97,20 @@ def _stale_entries(out_dir: str) -> dict[str, set[str]]:
     return stale
 
 
+def temp_path(target: str) -> str:
+    """A fresh temporary sibling name of ``target`` that records this process as its writer (for a file or a
+    directory; ``recover(target)`` removes it once this process is dead)."""
+    parent, base = os.path.split(os.path.abspath(target))
+    return os.path.join(parent, f".tmp-{base}-{owner_tag()}-{secrets.token_hex(4)}")
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
 def recover(out_dir: str) -> list[str]:
     """Settle the temporary directories of ``out_dir`` left by writers that were killed (module docstring).
 
@@ -107,23 +121,29 @@ def recover(out_dir: str) -> list[str]:
     actions = []
     for stem, phases in sorted(_stale_entries(out_dir).items()):
         if "" in phases:
-            shutil.rmtree(stem, ignore_errors=True)
+            _remove(stem)
             actions.append(f"removed unfinished {stem}")
-        if NEW in phases:
-            if os.path.lexists(out_dir):
-                shutil.rmtree(stem + NEW, ignore_errors=True)
-                actions.append(f"removed uninstalled {stem + NEW}")
-            else:
-                os.replace(stem + NEW, out_dir)
-                actions.append(f"finished the interrupted write of {out_dir}")
-        if OLD in phases:
-            if os.path.lexists(out_dir):
-                shutil.rmtree(stem + OLD, ignore_errors=True)
-                actions.append(f"removed replaced {stem + OLD}")
-            else:
-                os.replace(stem + OLD, out_dir)
-                actions.append(f"restored {out_dir} from {stem + OLD}")
+        for phase, installed in ((NEW, "finished the interrupted write of"), (OLD, "restored")):
+            if phase in phases:
+                if not os.path.lexists(out_dir) and _rename_if_absent(stem + phase, out_dir):
+                    actions.append(f"{installed} {out_dir} from {stem + phase}")
+                else:
+                    _remove(stem + phase)
+                    actions.append(f"removed {stem + phase}")
     return actions
+
+
+def _rename_if_absent(src: str, dst: str) -> bool:
+    """``os.replace(src, dst)``; False when another process settling the same leftovers got there first."""
+    try:
+        os.replace(src, dst)
+    except FileNotFoundError:  # src already moved away
+        return False
+    except OSError:
+        if os.path.lexists(dst):  # dst appeared meanwhile (renaming onto a non-empty directory fails)
+            return False
+        raise
+    return True
 
 
 def _inside(path: str, root: str) -> bool:
@@ -165,7 +185,7 @@ def atomic_directory(out_dir: str, overwrite: bool, error: type[EagleError],
     out_dir = check_output_dir(out_dir, overwrite, error, sources)
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".tmp-{os.path.basename(out_dir)}-{owner_tag()}-{secrets.token_hex(4)}")
+    tmp = temp_path(out_dir)
     os.mkdir(tmp)
     try:
         yield tmp
@@ -189,4 +209,4 @@ def atomic_directory(out_dir: str, overwrite: bool, error: type[EagleError],
         os.replace(tmp + NEW, out_dir)
 
 
-__all__ = ["atomic_directory", "check_output_dir", "owner_is_dead", "owner_tag", "recover"]
+__all__ = ["atomic_directory", "check_output_dir", "owner_is_dead", "owner_tag", "recover", "temp_path"]

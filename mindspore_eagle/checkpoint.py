@@ -82,6 +82,19 @@ def load_array(path: str, kinds: str, shape: tuple[int, ...], expected: str) -> 
     return arr
 
 
+def is_gguf_file(path: str) -> bool:
+    """True for a GGUF file: a ``.gguf`` suffix in any case (``.GGUF`` too), or the GGUF magic bytes."""
+    if not os.path.isfile(path):
+        return False
+    if str(path).lower().endswith(".gguf"):
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
 # Files that make a directory a checkpoint of another format, which ``mindspore-eagle convert`` imports.
 FOREIGN_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
@@ -114,6 +127,56 @@ def _open(path: str):
         return safe_open(path, framework="numpy")
     except Exception as exc:  # safetensors raises its own error types for truncated or foreign files
         raise CheckpointError(f"{path}: cannot read safetensors file ({type(exc).__name__}: {exc})") from None
+
+
+# Bytes per element of the safetensors dtypes our files and the checkpoints we import hold.
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+_MAX_HEADER = 100 << 20  # the limit safetensors itself applies
+
+
+def check_safetensors_file(path: str) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every tensor of ``path``, after checking the file's structure without reading any
+    tensor data: the header parses, and every tensor's byte range lies inside the file and is exactly as long
+    as its dtype and shape require. A truncated or overwritten file fails here (CheckpointError) in
+    microseconds, where reading it would fail -- or worse, not -- much later."""
+    import json
+    import math
+
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            prefix = f.read(8)
+            n = int.from_bytes(prefix, "little") if len(prefix) == 8 else -1
+            if not 0 < n <= min(_MAX_HEADER, size - 8):
+                raise CheckpointError(f"{path}: not a safetensors file (header length {n}, file size {size})")
+            header = json.loads(f.read(n))
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read ({type(exc).__name__}: {exc})") from None
+    except ValueError as exc:
+        raise CheckpointError(f"{path}: safetensors header is not valid JSON ({exc})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: safetensors header is not a JSON object")
+    data_bytes = size - 8 - n
+    shapes = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
+            if not all(isinstance(v, int) and v >= 0 for v in (begin, end, *shape)):
+                raise TypeError("offsets and dimensions must be integers >= 0")
+            expected = math.prod(shape) * _DTYPE_BYTES[dtype]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{path}: malformed header entry for tensor {name} ({type(exc).__name__}: "
+                                  f"{exc})") from None
+        if not begin <= end <= data_bytes:
+            raise CheckpointError(f"{path}: tensor {name} occupies bytes [{begin}, {end}) of the data, outside the "
+                                  f"file's {data_bytes} data bytes (truncated or corrupt file)")
+        if end - begin != expected:
+            raise CheckpointError(f"{path}: tensor {name} has {end - begin} bytes, but {dtype} {list(shape)} needs "
+                                  f"{expected}")
+        shapes[name] = shape
+    return shapes
 
 
 def tensor_shapes(path: str) -> dict[str, tuple[int, ...]]:

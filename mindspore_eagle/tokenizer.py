@@ -296,8 +296,10 @@ class SentencePieceTokenizer(Tokenizer):
 
 def load_tokenizer(path: str | os.PathLike, chat_format: str | None = None) -> Tokenizer:
     """A model directory (tokenizer.json -> BPE, else tokenizer.model -> SentencePiece) or a ``.gguf`` file."""
+    from .checkpoint import is_gguf_file
+
     path = Path(path)
-    if path.is_file() and path.suffix == ".gguf":
+    if is_gguf_file(str(path)):
         return BPETokenizer.from_gguf(path, chat_format)
     if (path / "tokenizer.json").is_file():
         return BPETokenizer.from_dir(path, chat_format)

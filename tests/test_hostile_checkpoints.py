@@ -281,3 +281,40 @@ def test_pickled_vocabulary_map_is_never_unpickled(converted_head, monkeypatch):
         np.save(f, np.array([None] * 24, dtype=object), allow_pickle=True)
     with pytest.raises(CheckpointError, match="d2t.npy"):
         Eagle3DraftHead.load(str(converted_head), max_len=16)
+
+
+# ----- file kinds -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def upper_case_gguf(tmp_path_factory, hf_src):
+    path = tmp_path_factory.mktemp("upper") / "TINY.GGUF"
+    write_tiny_gguf(hf_src[1], str(path), tokenizer=True)
+    return str(path)
+
+
+def test_upper_case_gguf_suffix_is_recognised(upper_case_gguf, tmp_path):
+    from mindspore_eagle import cli
+    from mindspore_eagle.tokenizer import BPETokenizer, load_tokenizer
+
+    assert cli.main(["convert", upper_case_gguf, str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "weights.safetensors").is_file()
+    assert isinstance(load_tokenizer(upper_case_gguf), BPETokenizer)
+
+
+def test_gguf_without_its_suffix_is_recognised_by_its_magic_bytes(upper_case_gguf, tmp_path):
+    from mindspore_eagle.tokenizer import BPETokenizer, load_tokenizer
+
+    shutil.copyfile(upper_case_gguf, tmp_path / "model.bin")
+    assert isinstance(load_tokenizer(tmp_path / "model.bin"), BPETokenizer)
+
+
+def test_converter_cli_names_a_gguf_given_as_hf_and_a_directory_given_as_gguf(upper_case_gguf, hf_src, tmp_path,
+                                                                               capsys):
+    from ckpt_convert.__main__ import main
+
+    assert main(["hf", upper_case_gguf, str(tmp_path / "a")]) == 2
+    assert "is a GGUF file: convert it with `python -m ckpt_convert gguf" in capsys.readouterr().err
+    assert main(["gguf", hf_src[0], str(tmp_path / "b")]) == 2
+    assert "is a directory, not a GGUF file" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
