@@ -6,8 +6,8 @@ passes ``checked_weight`` as it is read (floating point, finite).
 
 Files are read only from inside the checkpoint directory: a shard index naming ``../x.safetensors``, an
 absolute path, or a file that is a symlink leading out of the directory is refused (``contained_file``). The
-one layout whose symlinks do lead out is the HuggingFace hub cache (``snapshots/<rev>/<file>`` ->
-``../../blobs/<hash>``); there the repository folder holding ``snapshots/`` and ``blobs/`` is the boundary.
+one layout whose symlinks do lead out is the HuggingFace hub cache (``models--ORG--NAME/snapshots/<rev>/<file>``
+-> ``../../blobs/<hash>``); there the repository folder holding ``snapshots/`` and ``blobs/`` is the boundary.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ def _boundary(src: str) -> str:
     """The directory files of checkpoint ``src`` must resolve inside (see the module docstring)."""
     real = os.path.realpath(src)
     parent = os.path.dirname(real)
-    return os.path.dirname(parent) if os.path.basename(parent) == "snapshots" else real
+    repo = os.path.dirname(parent)
+    in_hub_cache = os.path.basename(parent) == "snapshots" and os.path.basename(repo).startswith("models--")
+    return repo if in_hub_cache else real
 
 
 def contained_file(src: str, name: str, listed_in: str) -> str:

@@ -19,7 +19,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .errors import ConfigError
+from .checkpoint import unconverted_hint
+from .errors import CheckpointError, ConfigError
 
 TEACHER_FORMAT = "mindspore_eagle.teacher"  # the "format" key of our saved TeacherConfig
 
@@ -121,27 +122,26 @@ def require_int_tuple(obj: Any, name: str) -> None:
 _REQUIRED = object()
 
 
-def _get(d: Mapping[str, Any], key: str, default: Any, source: str) -> Any:
-    """``d[key]``; a missing key or JSON null gives ``default`` (ConfigError when the key is required)."""
-    value = d.get(key)
-    if value is None:
-        if default is _REQUIRED:
-            raise ConfigError(f"{source} is missing required key {key!r}")
-        return default
-    return value
+def _absent(key: str, default: Any, source: str) -> Any:
+    """The value of a missing key (or JSON null): ``default``, or a ConfigError when the key is required."""
+    if default is _REQUIRED:
+        raise ConfigError(f"{source} is missing required key {key!r}")
+    return default
 
 
 def field_int(d: Mapping[str, Any], key: str, default: Any = _REQUIRED, source: str = "config.json") -> Any:
-    value = _get(d, key, default, source)
-    if value is not default and not (isinstance(value, numbers.Integral) and not isinstance(value, bool)):
+    value = d.get(key)
+    if value is None:
+        return _absent(key, default, source)
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
         raise ConfigError(f"{source} {key}={value!r}: must be an integer")
-    return value if value is default else int(value)
+    return int(value)
 
 
 def field_real(d: Mapping[str, Any], key: str, default: Any = _REQUIRED, source: str = "config.json") -> Any:
-    value = _get(d, key, default, source)
-    if value is default:
-        return value
+    value = d.get(key)
+    if value is None:
+        return _absent(key, default, source)
     if not _is_real(value):
         raise ConfigError(f"{source} {key}={value!r}: must be a number")
     if not math.isfinite(value):
@@ -150,8 +150,10 @@ def field_real(d: Mapping[str, Any], key: str, default: Any = _REQUIRED, source:
 
 
 def field_bool(d: Mapping[str, Any], key: str, default: Any = _REQUIRED, source: str = "config.json") -> Any:
-    value = _get(d, key, default, source)
-    if value is not default and not isinstance(value, bool):
+    value = d.get(key)
+    if value is None:
+        return _absent(key, default, source)
+    if not isinstance(value, bool):
         raise ConfigError(f"{source} {key}={value!r}: must be true or false")
     return value
 
@@ -352,7 +354,9 @@ class TeacherConfig:
         hidden = field_int(meta, "llama.embedding_length", source=src)
         vocab = field_int(meta, "llama.vocab_size", 0, src)
         if not vocab:
-            tokens = _get(meta, "tokenizer.ggml.tokens", _REQUIRED, src)
+            tokens = meta.get("tokenizer.ggml.tokens")
+            if not isinstance(tokens, (list, tuple)):
+                raise ConfigError(f"{src} has neither llama.vocab_size nor a tokenizer.ggml.tokens list")
             vocab = len(tokens)
         return cls(
             vocab_size=vocab,
@@ -389,14 +393,10 @@ class TeacherConfig:
     def load(cls, path: str) -> "TeacherConfig":
         """The config of a converted model directory (or of a config.json file). A directory that holds a
         HuggingFace checkpoint instead is a CheckpointError saying to convert it, before any model is built."""
-        from .checkpoint import unconverted_hint
-
         d = read_config_json(path)
         if os.path.isdir(path) and d.get("format") != TEACHER_FORMAT:
             hint = unconverted_hint(path)
             if hint:
-                from .errors import CheckpointError
-
                 raise CheckpointError(hint)
         return cls.from_dict(d)
 

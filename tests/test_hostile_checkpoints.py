@@ -206,16 +206,20 @@ def test_shard_outside_the_checkpoint_directory_is_refused(hf_src, tmp_path, sec
 
 
 def test_hf_cache_snapshot_whose_files_link_to_its_blobs_converts(hf_src, tmp_path):
-    """The HF hub cache stores snapshot files as symlinks to ``../../blobs``: that is not an escape."""
-    repo = tmp_path / "models--org--tiny"
-    snap = repo / "snapshots" / "0123abc"
-    (repo / "blobs").mkdir(parents=True)
-    snap.mkdir(parents=True)
-    for name in os.listdir(hf_src[0]):
-        shutil.copyfile(os.path.join(hf_src[0], name), repo / "blobs" / name)
-        os.symlink(os.path.join("..", "..", "blobs", name), snap / name)
-    convert_hf(str(snap), str(tmp_path / "out"))
+    """The HF hub cache stores snapshot files as symlinks to ``../../blobs``: that is not an escape (but the same
+    layout outside a ``models--*`` repository folder is)."""
+    for repo_name in ("models--org--tiny", "not-a-hub-cache"):
+        repo = tmp_path / repo_name
+        snap = repo / "snapshots" / "0123abc"
+        (repo / "blobs").mkdir(parents=True)
+        snap.mkdir(parents=True)
+        for name in os.listdir(hf_src[0]):
+            shutil.copyfile(os.path.join(hf_src[0], name), repo / "blobs" / name)
+            os.symlink(os.path.join("..", "..", "blobs", name), snap / name)
+    convert_hf(str(tmp_path / "models--org--tiny" / "snapshots" / "0123abc"), str(tmp_path / "out"))
     assert (tmp_path / "out" / "weights.safetensors").is_file()
+    with pytest.raises(CheckpointError, match="outside the checkpoint directory"):
+        convert_hf(str(tmp_path / "not-a-hub-cache" / "snapshots" / "0123abc"), str(tmp_path / "out2"))
 
 
 @pytest.mark.parametrize("index", [{"weight_map": ["a.safetensors"]}, {"weight_map": {"w": 3}}, [1, 2]])
