@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from mindspore_eagle.errors import EagleError
+from mindspore_eagle.checkpoint import is_gguf_file
+from mindspore_eagle.errors import CheckpointError, EagleError
 
 from .convert import convert_gguf, convert_hf
 from .eagle3 import convert_eagle3
@@ -19,6 +21,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     args = parser.parse_args(argv)
     try:
+        if args.kind != "gguf" and is_gguf_file(args.src):
+            raise CheckpointError(f"{args.src} is a GGUF file: convert it with `python -m ckpt_convert gguf "
+                                  f"{args.src} {args.out}`")
+        if args.kind == "gguf" and os.path.isdir(args.src):
+            raise CheckpointError(f"{args.src} is a directory, not a GGUF file: convert a HuggingFace directory "
+                                  f"with `python -m ckpt_convert hf {args.src} {args.out}`")
         if args.kind == "eagle3":
             head = convert_eagle3(args.src, args.out, overwrite=args.overwrite)
             summary = (f"EAGLE-3 head {args.src} -> {args.out} (hidden {head.hidden_size}, draft vocab "

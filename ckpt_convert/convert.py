@@ -8,6 +8,9 @@ weights ``[in, out]``) and the tokenizer files. Conversion is strict and atomic:
    is listed in one ``CheckpointError`` and nothing is written;
 3. write into a temporary sibling directory and rename it into place, so a failure at any point leaves no
    output behind (and an existing output is only replaced once the new one is complete).
+
+Before step 1, the output is checked (``mindspore_eagle.atomic.check_output_dir``): an existing OUT without
+``overwrite`` and an OUT that is, contains or lies inside the source are refused before the source is read.
 """
 
 from __future__ import annotations
@@ -19,14 +22,14 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from mindspore_eagle.atomic import atomic_directory
+from mindspore_eagle.atomic import atomic_directory, check_output_dir
 from mindspore_eagle.checkpoint import CKPT_NAME, save_tensors
-from mindspore_eagle.config import TeacherConfig
-from mindspore_eagle.errors import CheckpointError, ConfigError
+from mindspore_eagle.config import TeacherConfig, read_config_json
+from mindspore_eagle.errors import CheckpointError
 from mindspore_eagle.models.pangu import expected_weight_shapes
 
 from .name_map import HF_STALE_SUFFIXES, gguf_name_to_ours, is_linear_weight, unpermute_rope_rows
-from .readers import read_gguf, read_safetensors
+from .readers import contained_file, read_gguf, read_safetensors
 
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
                       "generation_config.json", "chat_template.jinja")
@@ -85,9 +88,11 @@ def gguf_to_ours(tensors: Mapping[str, np.ndarray], cfg: TeacherConfig) -> dict[
 
 
 def write_model_dir(out_dir: str, cfg: TeacherConfig, tensors: Mapping[str, np.ndarray],
-                    extra: Callable[[str], None] | None = None, overwrite: bool = False) -> None:
-    """Write config, checkpoint and extras into a temp dir beside ``out_dir``, then rename it into place."""
-    with atomic_directory(out_dir, overwrite, CheckpointError) as tmp:
+                    extra: Callable[[str], None] | None = None, overwrite: bool = False,
+                    sources: tuple[str, ...] = ()) -> None:
+    """Write config, checkpoint and extras into a temp dir beside ``out_dir``, then rename it into place
+    (``sources``: paths the output must not overlap, see ``check_output_dir``)."""
+    with atomic_directory(out_dir, overwrite, CheckpointError, sources) as tmp:
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
             json.dump(cfg.to_dict(), f, indent=2, sort_keys=True)
         save_tensors({n: np.asarray(a, np.float32) for n, a in sorted(tensors.items())},
@@ -98,15 +103,10 @@ def write_model_dir(out_dir: str, cfg: TeacherConfig, tensors: Mapping[str, np.n
 
 def convert_hf(src: str, out_dir: str, overwrite: bool = False, aux_layer_ids: tuple[int, ...] = ()) -> TeacherConfig:
     """HF checkpoint dir (config.json + safetensors, single or sharded; fp32/fp16/bf16) -> model dir."""
-    cfg_path = os.path.join(src, "config.json")
-    if not os.path.isfile(cfg_path):
+    check_output_dir(out_dir, overwrite, CheckpointError, (src,))
+    if not os.path.isfile(os.path.join(src, "config.json")):
         raise CheckpointError(f"{src}: no config.json")
-    with open(cfg_path, encoding="utf-8") as f:
-        try:
-            hf_cfg = json.load(f)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{cfg_path}: not valid JSON ({exc})") from None
-    cfg = TeacherConfig.from_hf_dict(hf_cfg)
+    cfg = TeacherConfig.from_hf_dict(read_config_json(src))
     if aux_layer_ids:
         cfg = _with_aux(cfg, aux_layer_ids)
     tensors = hf_to_ours(read_safetensors(src), cfg)
@@ -115,14 +115,15 @@ def convert_hf(src: str, out_dir: str, overwrite: bool = False, aux_layer_ids: t
     def copy_tokenizer(tmp: str) -> None:
         for name in HF_TOKENIZER_FILES:
             if os.path.isfile(os.path.join(src, name)):
-                shutil.copyfile(os.path.join(src, name), os.path.join(tmp, name))
+                shutil.copyfile(contained_file(src, name, src), os.path.join(tmp, name))
 
-    write_model_dir(out_dir, cfg, tensors, copy_tokenizer, overwrite)
+    write_model_dir(out_dir, cfg, tensors, copy_tokenizer, overwrite, (src,))
     return cfg
 
 
 def convert_gguf(path: str, out_dir: str, overwrite: bool = False, aux_layer_ids: tuple[int, ...] = ()) -> TeacherConfig:
     """llama-architecture GGUF (any quantisation the ``gguf`` package dequantizes) -> model dir."""
+    check_output_dir(out_dir, overwrite, CheckpointError, (path,))
     meta, raw = read_gguf(path)
     cfg = TeacherConfig.from_gguf_metadata(meta, tied="output.weight" not in raw)
     if aux_layer_ids:
@@ -135,7 +136,7 @@ def convert_gguf(path: str, out_dir: str, overwrite: bool = False, aux_layer_ids
 
         export_gguf_tokenizer(path, tmp)
 
-    write_model_dir(out_dir, cfg, tensors, export_tokenizer, overwrite)
+    write_model_dir(out_dir, cfg, tensors, export_tokenizer, overwrite, (path,))
     return cfg
 
 

@@ -16,20 +16,22 @@ vocabulary (no map; the reference code deletes them too), rotary ``inv_freq``.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Mapping
 
 import numpy as np
 
+from mindspore_eagle.atomic import check_output_dir
+from mindspore_eagle.checkpoint import checked_weight
+from mindspore_eagle.config import read_config_json
 from mindspore_eagle.draft_config import DraftConfig
-from mindspore_eagle.errors import CheckpointError, ConfigError
+from mindspore_eagle.errors import CheckpointError
 from mindspore_eagle.models.eagle3 import (D2T_FILE, T2D_FILE, Eagle3DraftHead, check_vocab_map,
                                            expected_head_shapes)
 
 from .convert import check_tensors, write_model_dir
 from .name_map import HF_STALE_SUFFIXES
-from .readers import read_safetensors
+from .readers import contained_file, read_safetensors
 
 VOCAB_MAP = ("d2t", "t2d")
 
@@ -38,12 +40,13 @@ def _is_linear(name: str) -> bool:
     return name.endswith("_proj.weight") or name in ("fc.weight", "lm_head.weight")
 
 
-def _as_numpy(name: str, arr) -> np.ndarray:
-    """Float tensors -> float32 (fp16/bf16 sources too); the vocabulary map keeps its integer / bool dtype."""
+def _as_numpy(path: str, name: str, arr) -> np.ndarray:
+    """Weights -> float32 (fp16/bf16 sources too; finite floats only, ``checked_weight``); the vocabulary map
+    keeps its integer / bool dtype (``check_vocab_map`` validates it)."""
     arr = np.asarray(arr)
     if name in VOCAB_MAP:
         return arr
-    return np.asarray(arr, dtype=np.float32)
+    return checked_weight(path, name, arr)
 
 
 def read_head_tensors(src: str) -> dict[str, np.ndarray]:
@@ -51,8 +54,8 @@ def read_head_tensors(src: str) -> dict[str, np.ndarray]:
     has_st = any(os.path.isfile(os.path.join(src, f)) for f in ("model.safetensors", "model.safetensors.index.json"))
     bin_path = os.path.join(src, "pytorch_model.bin")
     if not has_st and os.path.isfile(bin_path):
-        return _read_torch_bin(bin_path)
-    return read_safetensors(src, lambda path, name, arr: _as_numpy(name, arr))
+        return _read_torch_bin(contained_file(src, "pytorch_model.bin", src))
+    return read_safetensors(src, _as_numpy)
 
 
 def _read_torch_bin(path: str) -> dict[str, np.ndarray]:
@@ -68,7 +71,7 @@ def _read_torch_bin(path: str) -> dict[str, np.ndarray]:
     out = {}
     for name, t in state.items():
         t = t.detach()
-        out[name] = _as_numpy(name, t.float().numpy() if t.is_floating_point() else t.numpy())
+        out[name] = _as_numpy(path, name, t.float().numpy() if t.is_floating_point() else t.numpy())
     return out
 
 
@@ -87,14 +90,9 @@ def hf_head_to_ours(tensors: Mapping[str, np.ndarray], cfg: DraftConfig) -> dict
 
 
 def load_hf_config(src: str) -> DraftConfig:
-    path = os.path.join(src, "config.json")
-    if not os.path.isfile(path):
+    if not os.path.isfile(os.path.join(src, "config.json")):
         raise CheckpointError(f"{src}: no config.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            return DraftConfig.from_hf_dict(json.load(f))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    return DraftConfig.from_hf_dict(read_config_json(src))
 
 
 def read_checked_head(src: str) -> tuple[DraftConfig, dict[str, np.ndarray], np.ndarray | None, np.ndarray | None]:
@@ -115,6 +113,7 @@ def read_checked_head(src: str) -> tuple[DraftConfig, dict[str, np.ndarray], np.
 
 def convert_eagle3(src: str, out_dir: str, overwrite: bool = False) -> DraftConfig:
     """Public EAGLE-3 head directory -> our head directory (strict, atomic). Returns the DraftConfig."""
+    check_output_dir(out_dir, overwrite, CheckpointError, (src,))
     cfg, tensors, d2t, t2d = read_checked_head(src)
 
     def write_vocab_map(tmp: str) -> None:
@@ -122,7 +121,7 @@ def convert_eagle3(src: str, out_dir: str, overwrite: bool = False) -> DraftConf
             np.save(os.path.join(tmp, D2T_FILE), np.asarray(d2t).astype(np.int64))
             np.save(os.path.join(tmp, T2D_FILE), np.asarray(t2d).astype(np.bool_))
 
-    write_model_dir(out_dir, cfg, tensors, write_vocab_map, overwrite)
+    write_model_dir(out_dir, cfg, tensors, write_vocab_map, overwrite, (src,))
     return cfg
 
 

@@ -1,18 +1,28 @@
 """Readers for the checkpoint formats we import: HF safetensors (single or sharded) and GGUF.
 
 Each reader returns plain float32 numpy arrays keyed by the *source* name; mapping and validation happen in
-``convert.py``. Any unreadable or truncated file becomes a ``CheckpointError`` naming the file.
+``convert.py``. Any unreadable or truncated file becomes a ``CheckpointError`` naming the file, and every tensor
+passes ``checked_weight`` as it is read (floating point, finite).
+
+Files are read only from inside the checkpoint directory: a shard index naming ``../x.safetensors``, an
+absolute path, or a file that is a symlink leading out of the directory is refused (``contained_file``). The
+one layout whose symlinks do lead out is the HuggingFace hub cache (``models--ORG--NAME/snapshots/<rev>/<file>``
+-> ``../../blobs/<hash>``); there the repository folder holding ``snapshots/`` and ``blobs/`` is the boundary.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from pathlib import PurePath
 from typing import Any, Callable
 
 import numpy as np
 
+from mindspore_eagle.checkpoint import checked_weight
 from mindspore_eagle.errors import CheckpointError
+
+INDEX_NAME = "model.safetensors.index.json"
 
 
 def _import_bf16_support() -> None:
@@ -20,38 +30,60 @@ def _import_bf16_support() -> None:
     import mindspore  # noqa: F401
 
 
+def _boundary(src: str) -> str:
+    """The directory files of checkpoint ``src`` must resolve inside (see the module docstring)."""
+    real = os.path.realpath(src)
+    parent = os.path.dirname(real)
+    repo = os.path.dirname(parent)
+    in_hub_cache = os.path.basename(parent) == "snapshots" and os.path.basename(repo).startswith("models--")
+    return repo if in_hub_cache else real
+
+
+def contained_file(src: str, name: str, listed_in: str) -> str:
+    """``src/name``, or a CheckpointError when ``name`` (as listed in ``listed_in``) leads outside ``src``."""
+    if os.path.isabs(name) or ".." in PurePath(name.replace("\\", "/")).parts:
+        raise CheckpointError(f"{listed_in}: file {name!r} lies outside the checkpoint directory {src}; a "
+                              "checkpoint may only name files inside its own directory")
+    path = os.path.join(src, name)
+    real, root = os.path.realpath(path), _boundary(src)
+    if os.path.commonpath([real, root]) != root:
+        raise CheckpointError(f"{listed_in}: file {name!r} is a symlink to {real}, outside the checkpoint directory "
+                              f"{src}; copy the file into the checkpoint instead")
+    return path
+
+
+def _shard_names(index: str) -> list[str]:
+    try:
+        with open(index, encoding="utf-8") as f:
+            weight_map = json.load(f)["weight_map"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{index}: unreadable shard index ({type(exc).__name__}: {exc})") from None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise CheckpointError(f"{index}: weight_map must map tensor names to shard file names")
+    return sorted(set(weight_map.values()))
+
+
 def safetensors_files(src: str) -> list[str]:
     """The safetensors file(s) of a HF checkpoint directory or a single ``.safetensors`` path."""
     if os.path.isfile(src):
         return [src]
-    index = os.path.join(src, "model.safetensors.index.json")
+    index = os.path.join(src, INDEX_NAME)
     if os.path.isfile(index):
-        try:
-            with open(index, encoding="utf-8") as f:
-                weight_map = json.load(f)["weight_map"]
-        except (OSError, ValueError, KeyError) as exc:
-            raise CheckpointError(f"{index}: unreadable shard index ({exc})") from None
-        files = sorted(set(weight_map.values()))
-        missing = [f for f in files if not os.path.isfile(os.path.join(src, f))]
+        paths = [contained_file(src, name, index) for name in _shard_names(index)]
+        missing = [os.path.basename(p) for p in paths if not os.path.isfile(p)]
         if missing:
             raise CheckpointError(f"{index} names shard files that do not exist: {missing}")
-        return [os.path.join(src, f) for f in files]
+        return paths
     single = os.path.join(src, "model.safetensors")
     if os.path.isfile(single):
-        return [single]
-    raise CheckpointError(f"{src}: no model.safetensors or model.safetensors.index.json found")
+        return [contained_file(src, "model.safetensors", src)]
+    raise CheckpointError(f"{src}: no model.safetensors or {INDEX_NAME} found")
 
 
-def _float32(path: str, name: str, arr: np.ndarray) -> np.ndarray:
-    if arr.dtype.kind not in "fiu" and str(arr.dtype) != "bfloat16":
-        raise CheckpointError(f"{path}: tensor {name} has unsupported dtype {arr.dtype}")
-    return np.asarray(arr, dtype=np.float32)
-
-
-def read_safetensors(src: str, convert: Callable[[str, str, np.ndarray], np.ndarray] = _float32
+def read_safetensors(src: str, convert: Callable[[str, str, np.ndarray], np.ndarray] = checked_weight
                      ) -> dict[str, np.ndarray]:
     """All tensors of a HF checkpoint (single file or shards), each passed through ``convert(path, name, arr)``
-    (default: float32 from fp32, fp16 or bf16 sources)."""
+    (default ``checked_weight``: float32 from fp32, fp16 or bf16 sources, finite values only)."""
     _import_bf16_support()
     from safetensors.numpy import load_file
 
@@ -67,6 +99,9 @@ def read_safetensors(src: str, convert: Callable[[str, str, np.ndarray], np.ndar
         for name, arr in part.items():
             tensors[name] = convert(path, name, arr)
     return tensors
+
+
+_GGUF_INTEGER_TYPES = ("I8", "I16", "I32", "I64")
 
 
 def read_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -89,6 +124,9 @@ def read_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             continue
     tensors: dict[str, np.ndarray] = {}
     for t in reader.tensors:
+        if t.tensor_type.name in _GGUF_INTEGER_TYPES:
+            raise CheckpointError(f"{path}: tensor {t.name} has integer type {t.tensor_type.name}; weights must be "
+                                  "floating point or quantized")
         try:
             arr = gguf.quants.dequantize(t.data, t.tensor_type)
         except Exception as exc:
@@ -96,5 +134,5 @@ def read_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                                   f"({t.tensor_type.name}): {exc}") from None
         # GGUF lists dims fastest-first; numpy/HF order is the reverse.
         shape = tuple(int(d) for d in reversed(t.shape))
-        tensors[t.name] = np.ascontiguousarray(arr.reshape(shape), dtype=np.float32)
+        tensors[t.name] = np.ascontiguousarray(checked_weight(path, t.name, arr.reshape(shape)))
     return meta, tensors

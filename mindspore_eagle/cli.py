@@ -79,7 +79,7 @@ def cmd_setup(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     from ckpt_convert import convert_gguf, convert_hf
 
-    fn = convert_gguf if args.src.endswith(".gguf") else convert_hf
+    fn = convert_gguf if args.src.lower().endswith(".gguf") else convert_hf
     cfg = fn(args.src, args.out, overwrite=args.overwrite)
     print(f"converted {args.src} -> {args.out} ({cfg.architecture}, {cfg.num_layers} layers)")
     return 0

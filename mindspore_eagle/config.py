@@ -3,6 +3,10 @@
 A config object is built once (from a HuggingFace ``config.json``, a GGUF header or our own saved JSON),
 checked in ``__post_init__``, and never mutated. Every invalid value raises ``ConfigError`` naming the field,
 so a bad file fails at load time and not inside a compiled graph.
+
+Values read from foreign files go through the ``field_*`` readers, which check the JSON type and never coerce:
+``num_attention_heads: 4.7`` is an error, not 4; ``"false"`` is not a bool; ``"2"`` is not a token id. The
+``__post_init__`` checks repeat the type rules for configs built in code or from our own saved JSON.
 """
 
 from __future__ import annotations
@@ -10,13 +14,18 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
+import numbers
 import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 
-from .errors import CacheCapacityError, ConfigError
+from .checkpoint import unconverted_hint
+from .errors import CacheCapacityError, CheckpointError, ConfigError
+
+TEACHER_FORMAT = "mindspore_eagle.teacher"  # the "format" key of our saved TeacherConfig
 
 # HF architecture name -> (qkv_bias, o_bias). openPangu-Embedded puts a bias on q, k, v and o (its
 # config key ``bias``); Qwen2 on q, k, v only; Llama on none (unless ``attention_bias``).
@@ -28,16 +37,23 @@ _ARCHITECTURES = {
 
 
 def read_config_json(path: str) -> dict[str, Any]:
-    """The JSON object in ``path`` (or ``path/config.json``); ConfigError when missing or malformed."""
+    """The JSON object in ``path`` (or ``path/config.json``); ConfigError when missing, malformed or not an object."""
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            data = json.load(f)
     except FileNotFoundError:
         raise ConfigError(f"no config file at {path}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc})") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({type(exc).__name__}: {exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 def saved_config(cls: type, d: dict[str, Any], tuple_keys: tuple[str, ...]) -> Any:
@@ -48,18 +64,140 @@ def saved_config(cls: type, d: dict[str, Any], tuple_keys: tuple[str, ...]) -> A
         raise ConfigError(f"{cls.__name__}: unknown keys {unknown}")
     d = dict(d)
     if d.get("rope_scaling"):
-        d["rope_scaling"] = RopeScaling(**d["rope_scaling"])
+        rs = d["rope_scaling"]
+        if not isinstance(rs, dict):
+            raise ConfigError(f"{cls.__name__}.rope_scaling={rs!r}: must be an object")
+        unknown = sorted(set(rs) - {f.name for f in dataclasses.fields(RopeScaling)})
+        if unknown or "kind" not in rs or "factor" not in rs:
+            raise ConfigError(f"{cls.__name__}.rope_scaling={rs!r}: expected the keys of RopeScaling")
+        d["rope_scaling"] = RopeScaling(**rs)
     for key in tuple_keys:
         if key in d:
+            if not isinstance(d[key], (list, tuple)):
+                raise ConfigError(f"{cls.__name__}.{key}={d[key]!r}: must be a list")
             d[key] = tuple(d[key])
     return cls(**d)
+
+
+# ----- type checks of config fields (configs built in code or from our saved JSON) ----------------------------
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _require_positive(obj: Any, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not _is_int(value) or value < 1:
             raise ConfigError(f"{type(obj).__name__}.{name}={value!r}: must be an integer >= 1")
+
+
+def require_finite(obj: Any, *names: str) -> None:
+    """ConfigError unless each field is a finite real number (not a bool, not a string)."""
+    for name in names:
+        value = getattr(obj, name)
+        if not _is_real(value) or not math.isfinite(value):
+            raise ConfigError(f"{type(obj).__name__}.{name}={value!r}: must be a finite number")
+
+
+def require_bool(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, bool):
+            raise ConfigError(f"{type(obj).__name__}.{name}={value!r}: must be a bool")
+
+
+def require_int_tuple(obj: Any, name: str) -> None:
+    """ConfigError unless the field is a sequence of integers; stores it as a tuple."""
+    value = getattr(obj, name)
+    if not isinstance(value, (list, tuple)) or not all(_is_int(i) for i in value):
+        raise ConfigError(f"{type(obj).__name__}.{name}={value!r}: must be integers")
+    object.__setattr__(obj, name, tuple(value))
+
+
+# ----- readers of foreign config files (HF config.json, GGUF headers) -------------------------------------------
+
+_REQUIRED = object()
+
+
+def _absent(key: str, default: Any, source: str) -> Any:
+    """The value of a missing key (or JSON null): ``default``, or a ConfigError when the key is required."""
+    if default is _REQUIRED:
+        raise ConfigError(f"{source} is missing required key {key!r}")
+    return default
+
+
+def field_int(d: Mapping[str, Any], key: str, default: Any = _REQUIRED, source: str = "config.json") -> Any:
+    value = d.get(key)
+    if value is None:
+        return _absent(key, default, source)
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise ConfigError(f"{source} {key}={value!r}: must be an integer")
+    return int(value)
+
+
+def field_real(d: Mapping[str, Any], key: str, default: Any = _REQUIRED, source: str = "config.json") -> Any:
+    value = d.get(key)
+    if value is None:
+        return _absent(key, default, source)
+    if not _is_real(value):
+        raise ConfigError(f"{source} {key}={value!r}: must be a number")
+    if not math.isfinite(value):
+        raise ConfigError(f"{source} {key}={value!r}: must be a finite number")
+    return float(value)
+
+
+def field_bool(d: Mapping[str, Any], key: str, default: Any = _REQUIRED, source: str = "config.json") -> Any:
+    value = d.get(key)
+    if value is None:
+        return _absent(key, default, source)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{source} {key}={value!r}: must be true or false")
+    return value
+
+
+def field_object(d: Mapping[str, Any], key: str, source: str = "config.json") -> dict | None:
+    value = d.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise ConfigError(f"{source} {key}={value!r}: must be an object")
+    return value
+
+
+def field_token_ids(d: Mapping[str, Any], key: str, source: str = "config.json") -> tuple[int, ...]:
+    """A token id or a list of them (HF's ``eos_token_id``); ``()`` when absent."""
+    value = d.get(key)
+    ids = [] if value is None else value if isinstance(value, list) else [value]
+    if not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in ids):
+        raise ConfigError(f"{source} {key}={value!r}: must be a token id (an integer) or a list of them")
+    return tuple(int(i) for i in ids)
+
+
+def field_token_id(d: Mapping[str, Any], key: str, source: str = "config.json") -> int | None:
+    value = d.get(key)
+    if value is not None and not (isinstance(value, numbers.Integral) and not isinstance(value, bool)):
+        raise ConfigError(f"{source} {key}={value!r}: must be a token id (an integer)")
+    return None if value is None else int(value)
+
+
+def hf_rope(d: Mapping[str, Any], default_theta: float = 10000.0) -> tuple[float, "RopeScaling | None"]:
+    """``(rope_theta, rope_scaling)`` of a HF config: the top-level keys of transformers 4, or the
+    ``rope_parameters`` object transformers 5 writes instead (theta and scaling together); both must agree."""
+    params = field_object(d, "rope_parameters")
+    theta = field_real(d, "rope_theta", None)
+    scaling = field_object(d, "rope_scaling")
+    if params is not None:
+        p_theta = field_real(params, "rope_theta", None, "config.json rope_parameters")
+        if theta is not None and p_theta is not None and theta != p_theta:
+            raise ConfigError(f"config.json rope_theta={theta} differs from rope_parameters.rope_theta={p_theta}")
+        theta = p_theta if p_theta is not None else theta
+        if scaling is None:
+            scaling = {k: v for k, v in params.items() if k != "rope_theta"}
+    return (default_theta if theta is None else theta), RopeScaling.from_hf(scaling)
 
 
 @dataclass(frozen=True)
@@ -75,6 +213,8 @@ class RopeScaling:
     def __post_init__(self) -> None:
         if self.kind not in ("linear", "llama3"):
             raise ConfigError(f"RopeScaling.kind={self.kind!r}: supported kinds are 'linear' and 'llama3'")
+        require_finite(self, "factor", "low_freq_factor", "high_freq_factor")
+        _require_positive(self, "original_max_position_embeddings")
         if not self.factor > 0:
             raise ConfigError(f"RopeScaling.factor={self.factor!r}: must be > 0")
 
@@ -85,16 +225,14 @@ class RopeScaling:
         kind = d.get("rope_type", d.get("type"))
         if kind == "default":
             return None
-        try:
-            return cls(
-                kind=kind,
-                factor=float(d["factor"]),
-                low_freq_factor=float(d.get("low_freq_factor", 1.0)),
-                high_freq_factor=float(d.get("high_freq_factor", 4.0)),
-                original_max_position_embeddings=int(d.get("original_max_position_embeddings", 8192)),
-            )
-        except KeyError as exc:
-            raise ConfigError(f"rope_scaling {dict(d)!r}: missing key {exc}") from None
+        src = "config.json rope_scaling"
+        return cls(
+            kind=kind,
+            factor=field_real(d, "factor", source=src),
+            low_freq_factor=field_real(d, "low_freq_factor", 1.0, src),
+            high_freq_factor=field_real(d, "high_freq_factor", 4.0, src),
+            original_max_position_embeddings=field_int(d, "original_max_position_embeddings", 8192, src),
+        )
 
 
 @dataclass(frozen=True)
@@ -138,22 +276,28 @@ class TeacherConfig:
         if self.num_heads % self.num_kv_heads:
             raise ConfigError(f"TeacherConfig.num_heads={self.num_heads} is not a multiple of "
                               f"num_kv_heads={self.num_kv_heads} (grouped-query attention)")
+        require_finite(self, "rms_norm_eps", "rope_theta")
         if not self.rms_norm_eps > 0:
             raise ConfigError(f"TeacherConfig.rms_norm_eps={self.rms_norm_eps}: must be > 0")
         if not self.rope_theta > 0:
             raise ConfigError(f"TeacherConfig.rope_theta={self.rope_theta}: must be > 0")
+        require_bool(self, "tie_word_embeddings", "qkv_bias", "o_bias")
+        if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
+            raise ConfigError(f"TeacherConfig.rope_scaling={self.rope_scaling!r}: must be a RopeScaling or None")
         if self.architecture not in _ARCHITECTURES.values():
             raise ConfigError(f"TeacherConfig.architecture={self.architecture!r}: "
                               f"expected one of {sorted(set(_ARCHITECTURES.values()))}")
         if not self.aux_layer_ids:
             n = self.num_layers
             object.__setattr__(self, "aux_layer_ids", (min(2, n - 1), n // 2, max(n - 3, 0)))
-        object.__setattr__(self, "aux_layer_ids", tuple(int(i) for i in self.aux_layer_ids))
+        require_int_tuple(self, "aux_layer_ids")
         for i in self.aux_layer_ids:
             if not 0 <= i < self.num_layers:
                 raise ConfigError(f"TeacherConfig.aux_layer_ids={self.aux_layer_ids}: layer {i} is outside "
                                   f"[0, {self.num_layers})")
-        object.__setattr__(self, "eos_token_ids", tuple(int(i) for i in self.eos_token_ids))
+        require_int_tuple(self, "eos_token_ids")
+        if self.bos_token_id is not None and not _is_int(self.bos_token_id):
+            raise ConfigError(f"TeacherConfig.bos_token_id={self.bos_token_id!r}: must be an integer or null")
         for i in self.eos_token_ids + ((self.bos_token_id,) if self.bos_token_id is not None else ()):
             if not 0 <= i < self.vocab_size:
                 raise ConfigError(f"TeacherConfig: special token id {i} is outside the vocabulary "
@@ -175,35 +319,32 @@ class TeacherConfig:
         if d.get("hidden_act", "silu") != "silu":
             raise ConfigError(f"config.json hidden_act={d['hidden_act']!r}: only 'silu' (SwiGLU) is supported")
         if arch == "pangu":
-            qkv_bias = o_bias = bool(d.get("bias", True))
+            qkv_bias = o_bias = field_bool(d, "bias", True)
         elif arch == "qwen2":
             qkv_bias, o_bias = True, False
         else:
-            qkv_bias = o_bias = bool(d.get("attention_bias", False))
-        try:
-            eos = d.get("eos_token_id")
-            eos_ids = tuple(eos) if isinstance(eos, (list, tuple)) else ((eos,) if eos is not None else ())
-            return cls(
-                vocab_size=int(d["vocab_size"]),
-                hidden_size=int(d["hidden_size"]),
-                intermediate_size=int(d["intermediate_size"]),
-                num_layers=int(d["num_hidden_layers"]),
-                num_heads=int(d["num_attention_heads"]),
-                num_kv_heads=int(d.get("num_key_value_heads") or d["num_attention_heads"]),
-                head_dim=int(d.get("head_dim") or 0),
-                rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
-                rope_theta=float(d.get("rope_theta", 10000.0)),
-                rope_scaling=RopeScaling.from_hf(d.get("rope_scaling")),
-                max_position_embeddings=int(d.get("max_position_embeddings", 4096)),
-                tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-                qkv_bias=qkv_bias,
-                o_bias=o_bias,
-                architecture=arch,
-                bos_token_id=d.get("bos_token_id"),
-                eos_token_ids=eos_ids,
-            )
-        except KeyError as exc:
-            raise ConfigError(f"config.json is missing required key {exc}") from None
+            qkv_bias = o_bias = field_bool(d, "attention_bias", False)
+        heads = field_int(d, "num_attention_heads")
+        rope_theta, rope_scaling = hf_rope(d)
+        return cls(
+            vocab_size=field_int(d, "vocab_size"),
+            hidden_size=field_int(d, "hidden_size"),
+            intermediate_size=field_int(d, "intermediate_size"),
+            num_layers=field_int(d, "num_hidden_layers"),
+            num_heads=heads,
+            num_kv_heads=field_int(d, "num_key_value_heads", 0) or heads,
+            head_dim=field_int(d, "head_dim", 0),
+            rms_norm_eps=field_real(d, "rms_norm_eps", 1e-6),
+            rope_theta=rope_theta,
+            rope_scaling=rope_scaling,
+            max_position_embeddings=field_int(d, "max_position_embeddings", 4096),
+            tie_word_embeddings=field_bool(d, "tie_word_embeddings", False),
+            qkv_bias=qkv_bias,
+            o_bias=o_bias,
+            architecture=arch,
+            bos_token_id=field_token_id(d, "bos_token_id"),
+            eos_token_ids=field_token_ids(d, "eos_token_id"),
+        )
 
     @classmethod
     def from_gguf_metadata(cls, meta: Mapping[str, Any], tied: bool) -> "TeacherConfig":
@@ -211,46 +352,56 @@ class TeacherConfig:
         arch = meta.get("general.architecture")
         if arch != "llama":
             raise ConfigError(f"GGUF general.architecture={arch!r}: only 'llama' is supported")
-        try:
-            heads = int(meta["llama.attention.head_count"])
-            hidden = int(meta["llama.embedding_length"])
-            eos = meta.get("tokenizer.ggml.eos_token_id")
-            return cls(
-                vocab_size=int(meta.get("llama.vocab_size") or len(meta["tokenizer.ggml.tokens"])),
-                hidden_size=hidden,
-                intermediate_size=int(meta["llama.feed_forward_length"]),
-                num_layers=int(meta["llama.block_count"]),
-                num_heads=heads,
-                num_kv_heads=int(meta.get("llama.attention.head_count_kv", heads)),
-                head_dim=int(meta.get("llama.rope.dimension_count", hidden // heads)),
-                rms_norm_eps=float(meta["llama.attention.layer_norm_rms_epsilon"]),
-                rope_theta=float(meta.get("llama.rope.freq_base", 10000.0)),
-                max_position_embeddings=int(meta.get("llama.context_length", 4096)),
-                tie_word_embeddings=tied,
-                architecture="llama",
-                bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
-                eos_token_ids=(int(eos),) if eos is not None else (),
-            )
-        except KeyError as exc:
-            raise ConfigError(f"GGUF header is missing required key {exc}") from None
+        src = "GGUF header"
+        heads = field_int(meta, "llama.attention.head_count", source=src)
+        hidden = field_int(meta, "llama.embedding_length", source=src)
+        vocab = field_int(meta, "llama.vocab_size", 0, src)
+        if not vocab:
+            tokens = meta.get("tokenizer.ggml.tokens")
+            if not isinstance(tokens, (list, tuple)):
+                raise ConfigError(f"{src} has neither llama.vocab_size nor a tokenizer.ggml.tokens list")
+            vocab = len(tokens)
+        return cls(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            intermediate_size=field_int(meta, "llama.feed_forward_length", source=src),
+            num_layers=field_int(meta, "llama.block_count", source=src),
+            num_heads=heads,
+            num_kv_heads=field_int(meta, "llama.attention.head_count_kv", heads, src),
+            head_dim=field_int(meta, "llama.rope.dimension_count", hidden // heads if heads else 0, src),
+            rms_norm_eps=field_real(meta, "llama.attention.layer_norm_rms_epsilon", source=src),
+            rope_theta=field_real(meta, "llama.rope.freq_base", 10000.0, src),
+            max_position_embeddings=field_int(meta, "llama.context_length", 4096, src),
+            tie_word_embeddings=tied,
+            architecture="llama",
+            bos_token_id=field_token_id(meta, "tokenizer.ggml.bos_token_id", src),
+            eos_token_ids=field_token_ids(meta, "tokenizer.ggml.eos_token_id", src),
+        )
 
     # ---- our own serialisation --------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        d["format"] = "mindspore_eagle.teacher"
+        d["format"] = TEACHER_FORMAT
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TeacherConfig":
         d = dict(d)
-        if d.pop("format", None) != "mindspore_eagle.teacher":
+        if d.pop("format", None) != TEACHER_FORMAT:
             # A HuggingFace config.json: route it through the HF mapping.
             return cls.from_hf_dict(d)
         return saved_config(cls, d, tuple_keys=("aux_layer_ids", "eos_token_ids"))
 
     @classmethod
     def load(cls, path: str) -> "TeacherConfig":
-        return cls.from_dict(read_config_json(path))
+        """The config of a converted model directory (or of a config.json file). A directory that holds a
+        HuggingFace checkpoint instead is a CheckpointError saying to convert it, before any model is built."""
+        d = read_config_json(path)
+        if os.path.isdir(path) and d.get("format") != TEACHER_FORMAT:
+            hint = unconverted_hint(path)
+            if hint:
+                raise CheckpointError(hint)
+        return cls.from_dict(d)
 
 
 class ExecMode(enum.Enum):
@@ -392,4 +543,6 @@ def replace(cfg: Any, **changes: Any) -> Any:
     return dataclasses.replace(cfg, **changes)
 
 
-__all__ = ["Buckets", "ExecMode", "TeacherConfig", "RuntimeConfig", "RopeScaling", "read_config_json", "replace", "saved_config"]
+__all__ = ["Buckets", "ExecMode", "TEACHER_FORMAT", "TeacherConfig", "RuntimeConfig", "RopeScaling", "field_bool",
+           "field_int", "field_object", "field_real", "field_token_id", "field_token_ids", "hf_rope", "read_config_json",
+           "replace", "require_bool", "require_finite", "require_int_tuple", "saved_config"]

@@ -18,7 +18,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .config import RopeScaling, TeacherConfig, read_config_json, saved_config
+from .config import (TEACHER_FORMAT, RopeScaling, TeacherConfig, field_bool, field_int, field_object, field_real, hf_rope,
+                     read_config_json, require_bool, require_finite, require_int_tuple, saved_config)
 from .errors import ConfigError
 DRAFT_FORMAT = "mindspore_eagle.eagle3"
 
@@ -76,11 +77,15 @@ class DraftConfig:
                               f"num_kv_heads={self.num_kv_heads} (grouped-query attention)")
         _require_int(self, "draft_vocab_size", 1, self.vocab_size, " (the draft vocabulary is a subset of the "
                      "target vocabulary)")
+        require_finite(self, "rms_norm_eps", "rope_theta")
         if not self.rms_norm_eps > 0:
             raise ConfigError(f"DraftConfig.rms_norm_eps={self.rms_norm_eps}: must be > 0")
         if not self.rope_theta > 0:
             raise ConfigError(f"DraftConfig.rope_theta={self.rope_theta}: must be > 0")
-        object.__setattr__(self, "aux_layer_ids", tuple(int(i) for i in self.aux_layer_ids))
+        require_bool(self, "attention_bias")
+        if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
+            raise ConfigError(f"DraftConfig.rope_scaling={self.rope_scaling!r}: must be a RopeScaling or None")
+        require_int_tuple(self, "aux_layer_ids")
         if self.aux_layer_ids and len(self.aux_layer_ids) != 3:
             raise ConfigError(f"DraftConfig.aux_layer_ids={self.aux_layer_ids}: EAGLE-3 taps exactly three layers")
 
@@ -119,7 +124,8 @@ class DraftConfig:
         layers = d.get("num_hidden_layers", 1)
         if layers != 1:
             raise ConfigError(f"config.json num_hidden_layers={layers!r}: an EAGLE-3 head has exactly one "
-                              "decoder layer (midlayer)")
+                              "decoder layer (midlayer); is this the teacher's checkpoint rather than its draft "
+                              "head?")
         if d.get("mlp_bias"):
             raise ConfigError("config.json mlp_bias=true: MLP biases are not part of the EAGLE-3 layout")
         if d.get("fc_norm"):
@@ -128,27 +134,31 @@ class DraftConfig:
         if d.get("norm_output", True) is not True:
             raise ConfigError("config.json norm_output=false: heads whose logits skip the final norm are not "
                               "supported")
-        eagle = d.get("eagle_config") or {}
-        try:
-            vocab = int(d["vocab_size"])
-            return cls(
-                hidden_size=int(d["hidden_size"]),
-                intermediate_size=int(d["intermediate_size"]),
-                num_heads=int(d["num_attention_heads"]),
-                num_kv_heads=int(d.get("num_key_value_heads") or d["num_attention_heads"]),
-                vocab_size=vocab,
-                draft_vocab_size=int(d.get("draft_vocab_size") or vocab),
-                target_hidden_size=int(d.get("target_hidden_size") or 0),
-                head_dim=int(d.get("head_dim") or 0),
-                rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
-                rope_theta=float(d.get("rope_theta", 10000.0)),
-                rope_scaling=RopeScaling.from_hf(d.get("rope_scaling")),
-                max_position_embeddings=int(d.get("max_position_embeddings", 2048)),
-                attention_bias=bool(d.get("attention_bias", d.get("bias", False))),
-                aux_layer_ids=tuple(eagle.get("eagle_aux_hidden_state_layer_ids") or ()),
-            )
-        except KeyError as exc:
-            raise ConfigError(f"EAGLE-3 config.json is missing required key {exc}") from None
+        eagle = field_object(d, "eagle_config") or {}
+        taps = eagle.get("eagle_aux_hidden_state_layer_ids") or []
+        if not isinstance(taps, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in taps):
+            raise ConfigError(f"config.json eagle_config.eagle_aux_hidden_state_layer_ids={taps!r}: must be a list "
+                              "of integers")
+        vocab = field_int(d, "vocab_size")
+        heads = field_int(d, "num_attention_heads")
+        rope_theta, rope_scaling = hf_rope(d)
+        bias = field_bool(d, "attention_bias", None)
+        return cls(
+            hidden_size=field_int(d, "hidden_size"),
+            intermediate_size=field_int(d, "intermediate_size"),
+            num_heads=heads,
+            num_kv_heads=field_int(d, "num_key_value_heads", 0) or heads,
+            vocab_size=vocab,
+            draft_vocab_size=field_int(d, "draft_vocab_size", 0) or vocab,
+            target_hidden_size=field_int(d, "target_hidden_size", 0),
+            head_dim=field_int(d, "head_dim", 0),
+            rms_norm_eps=field_real(d, "rms_norm_eps", 1e-6),
+            rope_theta=rope_theta,
+            rope_scaling=rope_scaling,
+            max_position_embeddings=field_int(d, "max_position_embeddings", 2048),
+            attention_bias=field_bool(d, "bias", False) if bias is None else bias,
+            aux_layer_ids=tuple(taps),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -158,7 +168,11 @@ class DraftConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "DraftConfig":
         d = dict(d)
-        if d.pop("format", None) != DRAFT_FORMAT:
+        fmt = d.pop("format", None)
+        if fmt == TEACHER_FORMAT:
+            raise ConfigError(f"config format {TEACHER_FORMAT!r}: this is a teacher model directory, not a draft "
+                              "head (pass it as the model; a head directory holds an EAGLE-3 config)")
+        if fmt != DRAFT_FORMAT:
             return cls.from_hf_dict(d)
         return saved_config(cls, d, tuple_keys=("aux_layer_ids",))
 

@@ -49,6 +49,10 @@ def trace_paths(paths: Sequence[str]) -> list[str]:
             found = merged[:1] or sorted(glob.glob(os.path.join(p, SHARD_GLOB)))
             if not found:
                 raise ConfigError(f"{p}: no {MERGED_NAME} or {SHARD_GLOB} in this directory")
+            for f in found:
+                if not os.path.isfile(f):
+                    raise ConfigError(f"{f}: is a directory, not a trace file (named like {SHARD_GLOB}); move it "
+                                      "out of the way")
             out += found
         elif os.path.isfile(p):
             out.append(p)

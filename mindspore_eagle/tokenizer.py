@@ -117,14 +117,14 @@ class Tokenizer(ABC):
             if not (isinstance(message, dict) and isinstance(message.get("role"), str)
                     and isinstance(message.get("content"), str)):
                 raise TokenizerError(f"messages[{i}]={message!r}: a message is a dict with str 'role' and 'content'")
-        import jinja2
-
+            for key in ("role", "content"):
+                check_text(message[key], f"messages[{i}] {key}")
         try:
             return _compile_template(self.chat_template).render(
                 messages=[dict(m) for m in messages], tools=None, documents=None,
                 add_generation_prompt=add_generation_prompt, **self.special_strings)
-        except jinja2.exceptions.TemplateError as e:
-            raise TokenizerError(f"{self.source}: chat template failed: {e}") from e
+        except Exception as e:  # an untrusted template can fail any way (syntax, TypeError, sandbox limits...)
+            raise TokenizerError(f"{self.source}: chat template failed: {e} ({type(e).__name__})") from e
 
     def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
         text = self.apply_chat_template(messages, add_generation_prompt)
@@ -147,6 +147,10 @@ class Tokenizer(ABC):
                      fallback_format: str) -> None:
         """Resolve bos/eos/chat template from an HF-style config dict. ``special`` maps id -> special-token text."""
         self.special_strings = {k: t for k in _SPECIAL_NAMES if (t := _token_text(config.get(k))) is not None}
+        for name, text in self.special_strings.items():
+            if not isinstance(text, str):
+                raise TokenizerError(f"{self.source}: tokenizer_config.json {name}={text!r}: must be the token's text "
+                                     '(a string or {"content": "..."})')
         ids = {name: self._lookup(text) for name, text in self.special_strings.items()}
         for name, i in ids.items():
             if i is None:
@@ -159,7 +163,13 @@ class Tokenizer(ABC):
         self._check_ids(self.eos_token_ids)  # generation_config.json may name ids the vocabulary lacks
         template = chat_format or config.get("chat_template")
         if isinstance(template, list):  # HF allows [{"name": ..., "template": ...}]
+            if not all(isinstance(t, dict) for t in template):
+                raise TokenizerError(f"{self.source}: chat_template={template!r}: a list of templates holds "
+                                     '{"name": ..., "template": ...} objects')
             template = {t.get("name"): t.get("template") for t in template}.get("default")
+        if template is not None and not isinstance(template, str):
+            raise TokenizerError(f"{self.source}: chat_template={template!r}: must be a jinja template string "
+                                 f"or one of {sorted(CHAT_FORMATS)}")
         if template is None and self._lookup(_FORMAT_MARKERS[fallback_format]) is not None:
             template = fallback_format
         self.chat_template = None if template is None else resolve_chat_format(template)
@@ -179,7 +189,7 @@ class BPETokenizer(Tokenizer):
         special = {i: t.content for i, t in backend.get_added_tokens_decoder().items() if t.special}
         self._finish_init(config, extra_eos_ids, special, chat_format, "chatml")
         if "add_bos_token" in config:
-            self.add_bos_token = bool(config["add_bos_token"])
+            self.add_bos_token = _config_bool(config, "add_bos_token", source)
         else:  # HF's default lives in the post-processor (e.g. Llama-3 prepends <|begin_of_text|>)
             first = backend.encode("a", add_special_tokens=True).ids[:1]
             self.add_bos_token = self.bos_token_id is not None and first == [self.bos_token_id]
@@ -188,6 +198,7 @@ class BPETokenizer(Tokenizer):
         return self.backend.token_to_id(text)
 
     def encode(self, text: str, add_bos: bool = False) -> list[int]:
+        text = check_text(text)
         return self._bos_prefix(add_bos) + self.backend.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -239,7 +250,8 @@ class SentencePieceTokenizer(Tokenizer):
             config = {**config, "bos_token": processor.id_to_piece(processor.bos_id())}
         sp_eos = [processor.eos_id()] if processor.eos_id() >= 0 else []
         self._finish_init(config, [*sp_eos, *extra_eos_ids], special, chat_format, "pangu")
-        self.add_bos_token = bool(config.get("add_bos_token", True)) and self.bos_token_id is not None
+        self.add_bos_token = (_config_bool(config, "add_bos_token", source, default=True)
+                              and self.bos_token_id is not None)
         special.update({self._lookup(text): text for text in self.special_strings.values()})
         self._special, self._special_ids = special, {text: i for i, text in special.items()}
         alternatives = "|".join(map(re.escape, sorted(self._special_ids, key=len, reverse=True)))
@@ -250,6 +262,7 @@ class SentencePieceTokenizer(Tokenizer):
         return i if self.sp.id_to_piece(i) == text else None
 
     def encode(self, text: str, add_bos: bool = False) -> list[int]:
+        text = check_text(text)
         ids = self._bos_prefix(add_bos)
         # re.split with one group: even positions are the text between special tokens, odd ones the tokens
         for position, chunk in enumerate(self._split.split(text)):
@@ -283,8 +296,10 @@ class SentencePieceTokenizer(Tokenizer):
 
 def load_tokenizer(path: str | os.PathLike, chat_format: str | None = None) -> Tokenizer:
     """A model directory (tokenizer.json -> BPE, else tokenizer.model -> SentencePiece) or a ``.gguf`` file."""
+    from .checkpoint import is_gguf_file
+
     path = Path(path)
-    if path.is_file() and path.suffix == ".gguf":
+    if is_gguf_file(str(path)):
         return BPETokenizer.from_gguf(path, chat_format)
     if (path / "tokenizer.json").is_file():
         return BPETokenizer.from_dir(path, chat_format)
@@ -445,10 +460,35 @@ def _read_config(model_dir: Path) -> dict:
 
 
 def _generation_eos(model_dir: Path) -> list[int]:
-    """The eos_token_id (an int or a list) of an optional generation_config.json."""
+    """The eos_token_id (an int or a list of ints) of an optional generation_config.json."""
     path = model_dir / "generation_config.json"
     eos = _read_json(path).get("eos_token_id") if path.is_file() else None
-    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    ids = [] if eos is None else eos if isinstance(eos, list) else [eos]
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise TokenizerError(f"{path}: eos_token_id={eos!r}: must be a token id (an integer) or a list of them")
+    return ids
+
+
+def _config_bool(config: dict, key: str, source: str, default: bool = False) -> bool:
+    value = config.get(key, default)
+    if not isinstance(value, bool):
+        raise TokenizerError(f"{source}: tokenizer_config.json {key}={value!r}: must be true or false")
+    return value
+
+
+def check_text(text: Any, what: str = "text") -> str:
+    """``text`` unchanged, or a TokenizerError naming ``what``: it must be a str that UTF-8 can encode. Python
+    strings can hold lone surrogates (bytes decoded with ``errors="surrogateescape"``, a ``"\\ud800"`` escape in
+    JSON) that no tokenizer accepts; the error gives the position, so the input can be found and fixed."""
+    if not isinstance(text, str):
+        raise TokenizerError(f"{what} must be a str, got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise TokenizerError(f"{what}: not valid Unicode at position {e.start}: U+{ord(text[e.start]):04X} is a lone "
+                             "surrogate (text decoded with errors='surrogateescape', or a broken \\u escape); "
+                             "fix or re-encode the input") from None
+    return text
 
 
 def _write_atomic(path: Path, text: str) -> None:

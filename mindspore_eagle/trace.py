@@ -13,14 +13,22 @@ that add up to the step (``engine.SpeculativeEngine._step``):
 Traces written before this split (``draft_ms``, ``teacher_ms``, a ``commit_ms`` that included the draft's
 catch-up, ``commit_mode``) are read as legacy steps: grow = draft, verify = teacher, host = the old verify
 minus the forward, commit = the old commit (the draft's catch-up included), update = 0.
+
+Traces are files users keep, merge and edit, so reading one checks every record against that schema where it
+is parsed (``_fields``): a missing field, a string where a number belongs, a negative count or a zero request
+time is a ConfigError naming ``file:line`` and the field, not an exception deep inside ``report``'s numpy.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import numbers
 from dataclasses import dataclass
 from typing import IO, Any
+
+from .errors import ConfigError
 
 SHARD_GLOB = "shard-*.jsonl"  # an evaluation worker's trace file (``evaluate.shard_path``)
 MERGED_NAME = "merged.jsonl"  # the merged trace of an evaluation directory
@@ -103,22 +111,67 @@ class TurnSummary:
 
     @classmethod
     def from_dict(cls, d: dict) -> "TurnSummary":
-        names = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in d.items() if k in names}
-        kw["output_ids"] = tuple(kw["output_ids"])
-        if kw.get("spec_ids") is not None:
-            kw["spec_ids"] = tuple(kw["spec_ids"])
-        return cls(**kw)
+        """A summary from its JSON record, every field checked (ConfigError naming the field)."""
+        return cls(**_fields(cls, d, "turn"))
 
 
 def step_from_dict(d: dict) -> StepTrace:
-    if "teacher_ms" in d:  # a legacy trace: see the module docstring
-        d = {**d, "grow_ms": d["draft_ms"], "host_ms": d["verify_ms"] - d["teacher_ms"],
+    """A step from its JSON record, every field checked (ConfigError naming the field). A legacy record (see the
+    module docstring) is mapped onto the current phases first."""
+    if "teacher_ms" in d and "grow_ms" not in d:
+        legacy = {k: d.get(k) for k in ("draft_ms", "verify_ms", "teacher_ms")}
+        if not all(_is_real(v) and math.isfinite(v) for v in legacy.values()):
+            raise ConfigError(f"step record: legacy timings {legacy} must be finite numbers")
+        d = {**d, "grow_ms": d["draft_ms"], "host_ms": max(0.0, d["verify_ms"] - d["teacher_ms"]),
              "verify_ms": d["teacher_ms"], "update_ms": 0.0}
-    names = {f.name for f in dataclasses.fields(StepTrace)}
-    kw = {k: v for k, v in d.items() if k in names}
-    kw["path"], kw["tokens"] = tuple(kw["path"]), tuple(kw["tokens"])
-    return StepTrace(**kw)
+    return StepTrace(**_fields(StepTrace, d, "step"))
+
+
+# Wall times of a whole request: the report divides by their sums, and a real request always takes time.
+_POSITIVE = ("greedy_s", "spec_s")
+
+
+def _fields(cls: type, d: dict, kind: str) -> dict:
+    """The fields of dataclass ``cls`` taken from record ``d``, each checked against its annotation: ``int``
+    (an integer >= 0), ``float`` (finite, >= 0; > 0 for ``_POSITIVE``), ``str``, ``bool``, ``tuple[int, ...]``
+    (a JSON list of integers >= 0, returned as a tuple), any of them ``| None``. Other keys are ignored."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in d:
+            if f.default is dataclasses.MISSING:
+                raise ConfigError(f"{kind} record: missing field {f.name!r}")
+            continue
+        value, optional = d[f.name], f.type.endswith(" | None")
+        base = f.type.removesuffix(" | None")
+        if value is None and optional:
+            out[f.name] = None
+            continue
+        if base == "int":
+            ok, rule = _is_int(value) and value >= 0, "an integer >= 0"
+        elif base == "float":
+            low = 0.0 if f.name not in _POSITIVE else math.nextafter(0.0, 1.0)
+            ok = _is_real(value) and math.isfinite(value) and value >= low
+            rule = "a finite number > 0" if f.name in _POSITIVE else "a finite number >= 0"
+        elif base == "str":
+            ok, rule = isinstance(value, str), "a string"
+        elif base == "bool":
+            ok, rule = isinstance(value, bool), "true or false"
+        else:  # tuple[int, ...]
+            ok = isinstance(value, list) and all(_is_int(i) and i >= 0 for i in value)
+            rule = "a list of integers >= 0"
+            value = tuple(value) if ok else value
+        if not ok:
+            raise ConfigError(f"{kind} record: {f.name}={value!r}: must be {rule}{' or null' if optional else ''}")
+        out[f.name] = value
+    return out
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 @dataclass
@@ -135,17 +188,26 @@ class TraceFile:
     good_bytes: int
 
 
+@dataclass(frozen=True)
+class _StepTurn:
+    """The key a step record adds to its StepTrace fields."""
+
+    turn: str
+
+
 def read_trace(path: str) -> TraceFile:
     """Parse an evaluation trace (``.jsonl``, or ``.jsonl.gz`` as committed under results/). A bad line is
     tolerated only at the very end (a torn write); anywhere else it is an error naming the line."""
     import gzip
-
-    from .errors import ConfigError
+    import zlib
 
     headers, turns, steps, pending = [], [], {}, {}
     good, offset, torn = 0, 0, False
-    with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
-        lines = f.read().split(b"\n")
+    try:
+        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
+            lines = f.read().split(b"\n")
+    except (OSError, EOFError, zlib.error) as exc:  # missing, a directory, not gzip, a cut-off .gz
+        raise ConfigError(f"{path}: not a readable trace ({type(exc).__name__}: {exc})") from None
     last = len(lines) - 1  # after the final newline split() yields b"" (or a torn fragment)
     for n, raw in enumerate(lines):
         end = offset + len(raw) + (0 if n == last else 1)
@@ -160,17 +222,23 @@ def read_trace(path: str) -> TraceFile:
                 torn = True  # a torn line that was followed by nothing else
                 break
             raise ConfigError(f"{path}:{n + 1}: not a trace record") from None
-        if kind == "run":
-            headers.append(d)
-            good = end
-        elif kind == "step":
-            pending.setdefault(d["turn"], []).append(step_from_dict(d))
-        elif kind == "turn":
-            s = TurnSummary.from_dict(d)
-            turns.append(s)
-            steps[s.turn] = pending.pop(s.turn, [])
-            good = end
-        else:
-            raise ConfigError(f"{path}:{n + 1}: unknown record {kind!r}")
+        try:
+            if kind == "run":
+                if not isinstance(d.get("config", {}), dict):
+                    raise ConfigError(f"run record: config={d['config']!r}: must be an object")
+                headers.append(d)
+                good = end
+            elif kind == "step":
+                turn = _fields(_StepTurn, d, "step")["turn"]
+                pending.setdefault(turn, []).append(step_from_dict(d))
+            elif kind == "turn":
+                s = TurnSummary.from_dict(d)
+                turns.append(s)
+                steps[s.turn] = pending.pop(s.turn, [])
+                good = end
+            else:
+                raise ConfigError(f"unknown record {kind!r}")
+        except ConfigError as exc:
+            raise ConfigError(f"{path}:{n + 1}: {exc}") from None
         offset = end
     return TraceFile(path, headers, turns, steps, sum(len(v) for v in pending.values()), torn, good)

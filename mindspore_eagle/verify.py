@@ -19,6 +19,8 @@ Terms (root, node, accepted, bonus) as defined in ``mindspore_eagle.tree``.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,9 +29,15 @@ from .errors import ConfigError
 from .tree.layout import TreeLayout
 
 
+def _is_real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
-    """``temperature == 0`` means greedy. ``top_k == 0`` and ``top_p == 1`` disable those filters."""
+    """``temperature == 0`` means greedy. ``top_k == 0`` and ``top_p == 1`` disable those filters. ``seed`` is any
+    integer >= 0 (what ``np.random.default_rng`` takes); every field is type-checked here, so a bad value fails
+    at construction and not at the first sampled token."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -37,12 +45,14 @@ class SamplingParams:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not self.temperature >= 0:
-            raise ConfigError(f"SamplingParams.temperature={self.temperature}: must be >= 0")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"SamplingParams.top_p={self.top_p}: must be in (0, 1]")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
-            raise ConfigError(f"SamplingParams.top_k={self.top_k}: must be an integer >= 0")
+        if not _is_real(self.temperature) or not 0 <= self.temperature < math.inf:
+            raise ConfigError(f"SamplingParams.temperature={self.temperature!r}: must be a finite number >= 0")
+        if not _is_real(self.top_p) or not 0 < self.top_p <= 1:
+            raise ConfigError(f"SamplingParams.top_p={self.top_p!r}: must be a number in (0, 1]")
+        for name in ("top_k", "seed"):  # the seed seeds numpy's generator, which takes non-negative ints only
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"SamplingParams.{name}={value!r}: must be an integer >= 0")
 
     @property
     def greedy(self) -> bool:

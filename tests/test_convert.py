@@ -73,7 +73,7 @@ def test_bad_checkpoint_raises_one_error_naming_tensors_and_writes_nothing(hf_pa
     for name in named:
         assert name in str(err.value)
     assert not out.exists()
-    assert [p for p in os.listdir(tmp_path) if p.startswith(".convert-")] == []
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".tmp-")] == []
 
 
 def test_truncated_safetensors_is_refused_without_output(hf_pangu, tmp_path):
@@ -158,12 +158,21 @@ def _llama_cpp_permute(w, n_head):
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_tiny_gguf(model, path, quantize_embeddings=False):
-    """Write a llama-architecture GGUF of a HF torch model with the gguf package (what llama.cpp does)."""
+def write_tiny_gguf(model, path, quantize_embeddings=False, tokenizer=False):
+    """Write a llama-architecture GGUF of a HF torch model with the gguf package (what llama.cpp does);
+    ``tokenizer``: also a byte-level BPE tokenizer of single-letter tokens (enough for ``convert_gguf``)."""
     import gguf
 
     cfg = model.config
     w = gguf.GGUFWriter(path, "llama")
+    if tokenizer:
+        tokens = [chr(ord("!") + i) for i in range(cfg.vocab_size - 2)] + ['!"', "<|end|>"]
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("gpt-2")
+        w.add_token_list(tokens)
+        w.add_token_merges(['! "'])
+        w.add_token_types([1] * (cfg.vocab_size - 1) + [3])
+        w.add_eos_token_id(cfg.vocab_size - 1)
     w.add_block_count(cfg.num_hidden_layers)
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(cfg.hidden_size)

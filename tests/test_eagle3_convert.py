@@ -26,7 +26,7 @@ MAPPED = PUBLIC_CONFIGS["mapped"]
 
 def assert_nothing_written(tmp_path, out):
     assert not out.exists()
-    assert [p for p in os.listdir(tmp_path) if p.startswith(".convert-")] == []
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".tmp-")] == []
 
 
 @pytest.mark.parametrize("name", sorted(PUBLIC_CONFIGS))

@@ -34,7 +34,7 @@ import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 
 from ..attention import AttentionChoice
-from ..checkpoint import CKPT_NAME, load_strict
+from ..checkpoint import CKPT_NAME, load_array, load_strict
 from ..draft_config import DraftConfig
 from ..errors import CheckpointError
 from .layers import CachedAttention, Embedding, Linear, RMSNorm, SwiGLU, rope_tables, write_index
@@ -163,7 +163,10 @@ class Eagle3DraftHead(nn.Cell):
             if missing:
                 raise CheckpointError(f"{model_dir}: draft_vocab_size={cfg.draft_vocab_size} < vocab_size="
                                       f"{cfg.vocab_size} but the vocabulary map is missing: {missing}")
-            head.set_vocab_map(np.load(paths[0]), np.load(paths[1]))
+            d2t = load_array(paths[0], "iu", (cfg.draft_vocab_size,), "integer offsets (int64)")
+            t2d = load_array(paths[1], "b", (cfg.vocab_size,), "bool")
+            check_vocab_map(cfg, d2t, t2d, model_dir)
+            head.set_vocab_map(d2t, t2d)
         return head
 
 

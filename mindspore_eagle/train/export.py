@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..atomic import atomic_directory
+from ..atomic import atomic_directory, check_output_dir
 from ..draft_config import DraftConfig
 from ..errors import ConfigError
 
@@ -57,11 +57,15 @@ def public_config(cfg: DraftConfig, dtype: str) -> dict:
 
 
 def export_head(out_dir: str, cfg: DraftConfig, weights: Mapping[str, np.ndarray], d2t: np.ndarray | None = None,
-                t2d: np.ndarray | None = None, dtype: str = "float32", overwrite: bool = True) -> str:
+                t2d: np.ndarray | None = None, dtype: str = "float32", overwrite: bool = True,
+                sources: Sequence[str] = ()) -> str:
     """``weights``: our names and orientation (Linear ``[in, out]``), e.g. ``{p.name: p.asnumpy()}`` of
-    ``Eagle3DraftHead.weight_parameters()``. Returns ``out_dir``; the directory appears complete or not at all."""
+    ``Eagle3DraftHead.weight_parameters()``. Returns ``out_dir``; the directory appears complete or not at all.
+    ``sources`` (the teacher, the training data and run directories) must not overlap ``out_dir``: an overwrite
+    would delete them (``check_output_dir``)."""
     from safetensors.numpy import save_file
 
+    check_output_dir(out_dir, overwrite, ConfigError, sources)
     if dtype not in ("float32", "float16"):
         raise ConfigError(f"export dtype={dtype!r}: expected 'float32' or 'float16'")
     if cfg.has_vocab_map and (d2t is None or t2d is None):
@@ -77,7 +81,7 @@ def export_head(out_dir: str, cfg: DraftConfig, weights: Mapping[str, np.ndarray
         tensors["d2t"] = np.asarray(d2t, np.int64)
         tensors["t2d"] = np.asarray(t2d, np.bool_)
     out_dir = os.path.abspath(out_dir)
-    with atomic_directory(out_dir, overwrite, ConfigError) as tmp:
+    with atomic_directory(out_dir, overwrite, ConfigError, sources) as tmp:
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
             json.dump(public_config(cfg, dtype), f, indent=2)
             f.write("\n")

@@ -25,8 +25,9 @@ import time
 
 import numpy as np
 
+from ..atomic import check_output_dir
 from ..checkpoint import load_tensors, save_tensors, tensor_shapes
-from ..errors import CheckpointError
+from ..errors import CheckpointError, ConfigError
 from .data import Sequence_, load_sequences
 from .ttt import TTTLoss, pack_batch, simulated_tau
 from .vocab import DraftVocab, build_draft_vocab, count_tokens, coverage
@@ -240,6 +241,8 @@ def train_draft_main(argv: list[str] | None = None) -> int:
     data_dir = a.data or os.path.join(home(), "train_data", os.path.basename(os.path.normpath(teacher_dir)))
     run_dir = a.run_dir or os.path.join(os.path.dirname(os.path.abspath(a.out)),
                                         ".train-run-" + os.path.basename(os.path.normpath(a.out)))
+    protected = (teacher_dir, data_dir, run_dir)  # the export replaces OUT: it must not hold any of these
+    check_output_dir(a.out, True, ConfigError, protected)
     os.makedirs(run_dir, exist_ok=True)
     if not os.path.isfile(os.path.join(data_dir, "manifest.jsonl")):
         generate_dataset(teacher_dir, data_dir, a.num_prompts)
@@ -291,7 +294,7 @@ def train_draft_main(argv: list[str] | None = None) -> int:
             weights = load_tensors(best, head.weight_parameters())
         else:
             weights = {n: p.asnumpy() for n, p in head.weight_parameters().items()}
-        export_head(a.out, cfg, weights, vocab.d2t, vocab.t2d, dtype=a.dtype)
+        export_head(a.out, cfg, weights, vocab.d2t, vocab.t2d, dtype=a.dtype, sources=protected)
         print(f"exported {a.out} (best held-out: {state.get('best')})", file=sys.stderr)
 
     if a.export_only:
