@@ -9,8 +9,7 @@ import sys
 from mindspore_eagle.checkpoint import is_gguf_file
 from mindspore_eagle.errors import CheckpointError, EagleError
 
-from .convert import convert_gguf, convert_hf
-from .eagle3 import convert_eagle3
+from mindspore_eagle.convert import convert_eagle3, convert_gguf, convert_hf
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -123,7 +123,7 @@ def install_default_model(allow_download: bool = True) -> str:
         return out
     if os.path.isdir(out):
         print(f"default model at {out} is damaged ({problem}); converting it again", file=sys.stderr)
-    from ckpt_convert import convert_gguf
+    from .convert import convert_gguf
 
     convert_gguf(fetch_default_gguf(allow_download), out, overwrite=True)
     problem = model_dir_problem(out)

@@ -63,20 +63,30 @@ def read_prompt_file(path: str, allow_ids: bool = False) -> list[dict]:
     expected = ('{"prompt": "..."} or {"prompt_ids": [...]}' if allow_ids
                 else 'a JSON object with a "prompt" key')
     items: list[dict] = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                raise ConfigError(f"{path}:{n}: not a JSON object") from None
-            if allow_ids and isinstance(obj, dict) and isinstance(obj.get("prompt_ids"), list):
-                items.append({"id": len(items), "prompt_ids": [int(t) for t in obj["prompt_ids"]]})
-            elif isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
-                items.append({"id": len(items), "prompt": obj["prompt"]})
-            else:
-                raise ConfigError(f"{path}:{n}: expected {expected}")
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+    except OSError as exc:
+        raise ConfigError(f"--prompts {path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--prompts {path}: not UTF-8 (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+                          "save the file as UTF-8") from None
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            raise ConfigError(f"{path}:{n}: not a JSON object") from None
+        ids = obj.get("prompt_ids") if isinstance(obj, dict) else None
+        if allow_ids and isinstance(ids, list):
+            if not ids or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+                raise ConfigError(f"{path}:{n}: prompt_ids must be a non-empty list of integers >= 0")
+            items.append({"id": len(items), "prompt_ids": ids})
+        elif isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
+            items.append({"id": len(items), "prompt": obj["prompt"]})
+        else:
+            raise ConfigError(f"{path}:{n}: expected {expected}")
     if not items:
         raise ConfigError(f"{path}: no prompts")
     return items

@@ -66,6 +66,7 @@ def build(model: str | None, runtime: RuntimeConfig, draft: str | None = None, b
     if budget is not None:
         check_draft_fits(runtime, draft, budget)
     teacher_cfg = TeacherConfig.load(model_dir)
+    check_cache_fits(runtime, teacher_cfg)
     draft_cfg = None
     if speculative and draft not in ORACLES and runtime.device == "Ascend":
         head_dir = draft or default_head_dir()
@@ -91,6 +92,24 @@ def check_draft_fits(runtime: RuntimeConfig, draft: str | None, budget: TreeBudg
         runtime.check_tree_size(budget.max_nodes)
 
 
+def cache_bytes(runtime: RuntimeConfig, cfg: TeacherConfig) -> int:
+    """Bytes of the teacher's static KV cache: K and V, every layer, fp32."""
+    return 2 * cfg.num_layers * runtime.batch_size * cfg.num_kv_heads * runtime.max_cache_len * cfg.head_dim * 4
+
+
+def check_cache_fits(runtime: RuntimeConfig, cfg: TeacherConfig) -> None:
+    """ConfigError, before any buffer is allocated, when the cache is longer than the model's positions or larger
+    than half of this machine's memory (the draft head's cache and the graphs need the rest)."""
+    if runtime.max_cache_len > cfg.max_position_embeddings:
+        raise ConfigError(f"--max-cache-len {runtime.max_cache_len} exceeds the model's max_position_embeddings="
+                          f"{cfg.max_position_embeddings}: positions past it were never trained; use at most that")
+    need = cache_bytes(runtime, cfg)
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > total // 2:
+        raise ConfigError(f"--max-cache-len {runtime.max_cache_len}: the KV cache alone needs {need / 2**30:.1f} GiB, "
+                          f"more than half of this machine's {total / 2**30:.1f} GiB; use a shorter cache")
+
+
 def oracle_factory(mode: str, depth: int, vocab_size: int) -> ProposerFactory:
     """Per request, an ``OracleProposer`` over that request's greedy output (a bound, not a draft)."""
     from .oracle import OracleProposer
@@ -100,4 +119,4 @@ def oracle_factory(mode: str, depth: int, vocab_size: int) -> ProposerFactory:
     return lambda greedy: OracleProposer(greedy.tokens, depth, vocab_size, mode)
 
 
-__all__ = ["ORACLES", "Stack", "build", "check_draft_fits", "oracle_factory"]
+__all__ = ["ORACLES", "Stack", "build", "cache_bytes", "check_cache_fits", "check_draft_fits", "oracle_factory"]

@@ -14,6 +14,7 @@ Sub-commands:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -58,6 +59,33 @@ def _budget(args: argparse.Namespace):
     return TreeBudget(max_nodes=args.max_nodes, depth=args.depth, top_k=args.top_k)
 
 
+def _check_args(args: argparse.Namespace) -> None:
+    """Refuse, before anything loads or compiles, what would otherwise fail late: a token limit below 1, an output
+    file in a directory that does not exist, and arguments that are not valid UTF-8 (the shell passed bytes that
+    Python could only decode with surrogate escapes)."""
+    from .errors import ConfigError
+
+    for name, value in vars(args).items():
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ConfigError(f"--{name.replace('_', '-')}: not valid UTF-8 (byte "
+                                  f"{hex(ord(value[exc.start]) & 0xFF)} at character {exc.start}); pass text in "
+                                  "UTF-8") from None
+    n = getattr(args, "max_new_tokens", None)
+    if n is not None and n < 1:
+        raise ConfigError(f"--max-new-tokens {n}: must be >= 1")
+    for flag in ("trace", "json"):
+        path = getattr(args, flag, None)
+        if path:
+            parent = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(parent):
+                raise ConfigError(f"--{flag} {path}: directory {parent} does not exist; create it first")
+            if os.path.isdir(path):
+                raise ConfigError(f"--{flag} {path}: is a directory; give a file name")
+
+
 def _build(args: argparse.Namespace, speculative: bool = True, tokenizer: bool = True):
     """The stack of a command, through the one builder (deployment checks, budget vs buckets, attention core)."""
     from .build import build
@@ -77,7 +105,7 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from ckpt_convert import convert_gguf, convert_hf
+    from .convert import convert_gguf, convert_hf
 
     fn = convert_gguf if args.src.lower().endswith(".gguf") else convert_hf
     cfg = fn(args.src, args.out, overwrite=args.overwrite)
@@ -134,6 +162,8 @@ def _print_report(paths, plots_dir, json_out=None) -> dict:
     loaded = load(paths)
     r = report(loaded)
     print(format_report(r))
+    for line in loaded.warnings():
+        print(line)
     if len(loaded.configs) > 1:
         print(f"note: these traces come from {len(loaded.configs)} different run configurations")
     if plots_dir:
@@ -155,9 +185,6 @@ def _merge_and_report(out_dir: str, plots: bool) -> int:
     print(f"merged {m.turns} turns into {m.path}" + (f"; {m.duplicates} duplicate summaries dropped" if m.duplicates
                                                      else "") + (f"; {m.orphan_steps} orphan step lines dropped"
                                                                  if m.orphan_steps else ""))
-    if m.missing:
-        print(f"WARNING: {len(m.missing)} selected turns are not finished yet (first: {', '.join(m.missing[:5])}); "
-              "rerun the same command to resume")
     _print_report([m.path], os.path.join(out_dir, "plots") if plots else None)
     return 0
 
@@ -261,10 +288,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["train-draft"]:
-        return _train_draft(argv[1:])
-    args = build_parser().parse_args(argv)
     try:
+        if argv[:1] == ["train-draft"]:
+            return _train_draft(argv[1:])
+        args = build_parser().parse_args(argv)
+        _check_args(args)
         return args.fn(args)
     except EagleError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -38,11 +38,11 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .errors import ConfigError
+from .errors import CacheCapacityError, ConfigError
 from .evalset import EvalItem, spread_sample
 from .harness import compare, warm_up
 from .sharding import shard as shard_items
-from .trace import MERGED_NAME, SHARD_GLOB, TraceFile, TurnSummary, read_trace
+from .trace import MERGED_NAME, SHARD_GLOB, SkippedTurn, TraceFile, TurnSummary, read_trace
 
 
 def shard_path(out_dir: str, rank: int) -> str:
@@ -181,14 +181,24 @@ def _check_headers(tf: TraceFile, config: dict) -> None:
 
 def finished_turns(out_dir: str, config: dict | None = None) -> dict[str, TurnSummary]:
     """Summaries of every finished turn in ``out_dir``'s shard files (first occurrence of an id wins)."""
+    return _read_done(out_dir, config)[0]
+
+
+def _read_done(out_dir: str, config: dict | None = None) -> tuple[dict[str, TurnSummary], dict[str, SkippedTurn]]:
+    """(finished turns, skipped turns) of ``out_dir``'s shard files, headers checked against ``config``."""
     done: dict[str, TurnSummary] = {}
+    skipped: dict[str, SkippedTurn] = {}
     for path in sorted(glob.glob(os.path.join(out_dir, SHARD_GLOB))):
+        if not os.path.isfile(path):
+            raise ConfigError(f"{path}: a directory named like a shard file; move it out of {out_dir}")
         tf = read_trace(path)
         if config is not None:
             _check_headers(tf, config)
         for s in tf.turns:
             done.setdefault(s.turn, s)
-    return done
+        for s in tf.skipped:
+            skipped.setdefault(s.turn, s)
+    return done, skipped
 
 
 def repair_shard(path: str) -> TraceFile | None:
@@ -224,7 +234,7 @@ def run_shard(stack, items: Sequence[EvalItem], config: RunConfig, out_dir: str,
 
     os.makedirs(out_dir, exist_ok=True)
     cfg = config.to_dict()
-    done = finished_turns(out_dir, cfg)
+    done, skipped = _read_done(out_dir, cfg)
     path = shard_path(out_dir, rank)
     repaired = repair_shard(path)
     if repaired is not None and (repaired.torn or repaired.orphan_steps):
@@ -233,7 +243,7 @@ def run_shard(stack, items: Sequence[EvalItem], config: RunConfig, out_dir: str,
     selected = select_turns(items, limit, spread)
     chosen = set(selected)
     mine = shard(items, rank, world)
-    todo = [t for item in mine for t in item.turn_ids if t in chosen and t not in done]
+    todo = [t for item in mine for t in item.turn_ids if t in chosen and t not in done and t not in skipped]
     mine_selected = [t for item in mine for t in item.turn_ids if t in chosen]
     log(f"[rank {rank}/{world}] {len(mine_selected)} of the {len(selected)} selected turns are this worker's: "
         f"{len(todo)} to run, {len(mine_selected) - len(todo)} already finished")
@@ -250,14 +260,25 @@ def run_shard(stack, items: Sequence[EvalItem], config: RunConfig, out_dir: str,
         for item in mine:
             answers: list[Sequence[int]] = []
             for k, tid in enumerate(item.turn_ids):
-                if tid not in chosen:
-                    break
+                if tid not in chosen or tid in skipped:
+                    break  # a skipped turn's conversation cannot continue: its later turns were skipped with it
                 if tid in done:
                     answers.append(done[tid].output_ids)
                     continue
                 prompt = build_prompt(item, k, answers, stack.tokenizer, eos)
                 sampling = SamplingParams(seed=turn_seed(tid))  # greedy: the seed draws nothing, but is per turn
-                r = compare(stack.engine, prompt, stack.proposer_for, config.max_new_tokens, eos, sampling)
+                try:
+                    r = compare(stack.engine, prompt, stack.proposer_for, config.max_new_tokens, eos, sampling)
+                except CacheCapacityError as exc:  # the prompt does not fit: record it and go on
+                    later = [t for t in item.turn_ids[k + 1:] if t in chosen]
+                    records = [SkippedTurn(tid, item.category, str(exc))] + [
+                        SkippedTurn(t, item.category, f"an earlier turn of the conversation ({tid}) was skipped")
+                        for t in later]
+                    _append(f, pending_header + "".join(rec.to_json() + "\n" for rec in records))
+                    pending_header = ""
+                    log(f"[rank {rank}] {tid:<16} SKIPPED: {exc}" + (f" (and {len(later)} later turns)" if later
+                                                                     else ""))
+                    break
                 summary = summarize_turn(tid, item.category, rank, r.greedy, r.spec)
                 block = "".join(st.to_json(record="step", turn=tid) + "\n" for st in r.spec.steps) + summary.to_json() + "\n"
                 _append(f, pending_header + block)
@@ -302,6 +323,7 @@ class MergeResult:
     missing: tuple[str, ...]  # selected by some session but with no summary in any shard
     duplicates: int  # turn summaries seen more than once (kept once)
     orphan_steps: int  # step lines of interrupted turns, dropped
+    skipped: tuple[str, ...] = ()  # turns recorded as skipped (their prompt does not fit the cache)
 
 
 def merge(out_dir: str, out_path: str | None = None) -> MergeResult:
@@ -323,8 +345,13 @@ def merge(out_dir: str, out_path: str | None = None) -> MergeResult:
                 duplicates += 1
                 continue
             turns[s.turn], steps[s.turn] = s, tf.steps[s.turn]
+    skipped = {}
+    for tf in files:
+        for s in tf.skipped:
+            if s.turn not in turns:
+                skipped.setdefault(s.turn, s)
     selected = sorted({t for h in headers for t in h.get("selected", ())})
-    missing = tuple(t for t in selected if t not in turns)
+    missing = tuple(t for t in selected if t not in turns and t not in skipped)
     out_path = out_path or os.path.join(out_dir, MERGED_NAME)
     header = {"record": "run", "config": config, "rank": None, "world": max(h.get("world", 1) for h in headers),
               "selected": selected, "merged_from": [os.path.basename(p) for p in paths]}
@@ -332,13 +359,15 @@ def merge(out_dir: str, out_path: str | None = None) -> MergeResult:
     for tid in sorted(turns):
         lines += [st.to_json(record="step", turn=tid) for st in steps[tid]]
         lines.append(turns[tid].to_json())
+    lines += [skipped[tid].to_json() for tid in sorted(skipped)]
     tmp = out_path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, out_path)
-    return MergeResult(out_path, len(turns), missing, duplicates, sum(tf.orphan_steps for tf in files))
+    return MergeResult(out_path, len(turns), missing, duplicates, sum(tf.orphan_steps for tf in files),
+                       tuple(sorted(skipped)))
 
 
 # ----- set-up shared by the CLI and scripts/ ------------------------------------------------------------------

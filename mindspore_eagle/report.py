@@ -15,6 +15,7 @@ ablation figures of ``scripts/``.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import math
@@ -37,6 +38,24 @@ class Loaded:
     steps: dict  # turn id -> list[StepTrace]
     configs: list  # distinct run configs found in the headers
     duplicates: int
+    skipped: list = dataclasses.field(default_factory=list)  # SkippedTurn, sorted by turn id (not in ``turns``)
+    missing: list = dataclasses.field(default_factory=list)  # selected by a run header, neither finished nor skipped
+    torn: list = dataclasses.field(default_factory=list)  # files whose last line was cut off (an interrupted write)
+    orphan_steps: int = 0  # step lines of interrupted turns, not counted
+
+    def warnings(self) -> list[str]:
+        """What a reader must know before trusting the numbers: turns missing, skipped, or cut off."""
+        out = []
+        if self.missing:
+            out.append(f"WARNING: {len(self.missing)} selected turns have no result (first: "
+                       f"{', '.join(self.missing[:5])}); rerun the eval command to finish them")
+        if self.skipped:
+            out.append(f"WARNING: {len(self.skipped)} turns were skipped and are not in these numbers (first: "
+                       + "; ".join(f"{s.turn}: {s.reason}" for s in self.skipped[:3]) + ")")
+        if self.torn or self.orphan_steps:
+            out.append(f"note: {len(self.torn)} trace files end in a cut-off line and {self.orphan_steps} step lines "
+                       "belong to interrupted turns; both are ignored")
+        return out
 
 
 def trace_paths(paths: Sequence[str]) -> list[str]:
@@ -62,19 +81,28 @@ def trace_paths(paths: Sequence[str]) -> list[str]:
 
 
 def load(paths: Sequence[str]) -> Loaded:
-    """Every finished turn of the given traces (a turn id seen twice is counted once)."""
-    turns, steps, configs, dup = {}, {}, [], 0
+    """Every finished turn of the given traces (a turn id seen twice is counted once), and what is missing."""
+    turns, steps, configs, dup, skipped, selected, torn, orphans = {}, {}, [], 0, {}, set(), [], 0
     for path in trace_paths(paths):
         tf = read_trace(path)
         for h in tf.headers:
             if h.get("config") not in configs:
                 configs.append(h.get("config"))
+            selected.update(t for t in h.get("selected") or () if isinstance(t, str))
         for s in tf.turns:
             if s.turn in turns:
                 dup += 1
                 continue
             turns[s.turn], steps[s.turn] = s, tf.steps.get(s.turn, [])
-    return Loaded([turns[t] for t in sorted(turns)], steps, configs, dup)
+        for s in tf.skipped:
+            skipped.setdefault(s.turn, s)
+        if tf.torn:
+            torn.append(path)
+        orphans += tf.orphan_steps
+    skipped = {t: s for t, s in skipped.items() if t not in turns}
+    missing = sorted(selected - set(turns) - set(skipped))
+    return Loaded([turns[t] for t in sorted(turns)], steps, configs, dup, [skipped[t] for t in sorted(skipped)],
+                  missing, torn, orphans)
 
 
 def _round(x: float, nd: int = 3) -> float:

@@ -68,10 +68,11 @@ def write_steps(f: IO[str], steps, **extra: Any) -> None:
 
 
 # ----- evaluation traces ------------------------------------------------------------------------------------
-# An evaluation trace file (``mindspore-eagle eval``) is JSON lines of three records, told apart by "record":
+# An evaluation trace file (``mindspore-eagle eval``) is JSON lines of four records, told apart by "record":
 #   "run"   a header per session of a worker: {"record": "run", "config": {...}, "rank", "world", "selected"}
 #   "step"  one StepTrace of a turn's speculative generation, plus "turn": the turn id
 #   "turn"  one TurnSummary, written after that turn's step lines (the whole block in one write + fsync)
+#   "skip"  one SkippedTurn: a turn that could not run (its prompt does not fit the cache), with the reason
 # A turn counts only once its summary line is read; step lines with no summary after them (an interrupted
 # write) are dropped by ``read_trace``.
 
@@ -119,9 +120,10 @@ def step_from_dict(d: dict) -> StepTrace:
     """A step from its JSON record, every field checked (ConfigError naming the field). A legacy record (see the
     module docstring) is mapped onto the current phases first."""
     if "teacher_ms" in d and "grow_ms" not in d:
-        legacy = {k: d.get(k) for k in ("draft_ms", "verify_ms", "teacher_ms")}
-        if not all(_is_real(v) and math.isfinite(v) for v in legacy.values()):
-            raise ConfigError(f"step record: legacy timings {legacy} must be finite numbers")
+        for k in ("draft_ms", "verify_ms", "teacher_ms"):
+            v = d.get(k)
+            if not (_is_real(v) and math.isfinite(v) and v >= 0):
+                raise ConfigError(f"step record: {k}={v!r}: must be a finite number >= 0")
         d = {**d, "grow_ms": d["draft_ms"], "host_ms": max(0.0, d["verify_ms"] - d["teacher_ms"]),
              "verify_ms": d["teacher_ms"], "update_ms": 0.0}
     return StepTrace(**_fields(StepTrace, d, "step"))
@@ -186,6 +188,21 @@ class TraceFile:
     orphan_steps: int  # step lines of turns that never got a summary (interrupted)
     torn: bool  # the file ended inside a line
     good_bytes: int
+    skipped: list = dataclasses.field(default_factory=list)  # SkippedTurn records, in file order
+
+
+@dataclass(frozen=True)
+class SkippedTurn:
+    """A turn the runner could not run -- its prompt does not fit the cache, or an earlier turn of its conversation
+    was skipped -- recorded (``"record": "skip"``) so that a rerun moves on to the next turn instead of failing on
+    it again, and so that ``report`` says which turns are missing and why."""
+
+    turn: str
+    category: str
+    reason: str
+
+    def to_json(self) -> str:
+        return json.dumps({"record": "skip", **dataclasses.asdict(self)}, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -201,7 +218,7 @@ def read_trace(path: str) -> TraceFile:
     import gzip
     import zlib
 
-    headers, turns, steps, pending = [], [], {}, {}
+    headers, turns, steps, pending, skipped = [], [], {}, {}, []
     good, offset, torn = 0, 0, False
     try:
         with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
@@ -236,9 +253,12 @@ def read_trace(path: str) -> TraceFile:
                 turns.append(s)
                 steps[s.turn] = pending.pop(s.turn, [])
                 good = end
+            elif kind == "skip":
+                skipped.append(SkippedTurn(**_fields(SkippedTurn, d, "skip")))
+                good = end
             else:
                 raise ConfigError(f"unknown record {kind!r}")
         except ConfigError as exc:
             raise ConfigError(f"{path}:{n + 1}: {exc}") from None
         offset = end
-    return TraceFile(path, headers, turns, steps, sum(len(v) for v in pending.values()), torn, good)
+    return TraceFile(path, headers, turns, steps, sum(len(v) for v in pending.values()), torn, good, skipped)

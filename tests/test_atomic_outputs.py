@@ -93,9 +93,9 @@ def test_cli_refuses_converting_a_directory_onto_itself(sources, tmp_path, capsy
     assert snapshot(src) == before
 
 
-@pytest.mark.parametrize("kind, reader", [("hf", "ckpt_convert.convert.read_safetensors"),
-                                          ("gguf", "ckpt_convert.convert.read_gguf"),
-                                          ("eagle3", "ckpt_convert.eagle3.read_head_tensors")])
+@pytest.mark.parametrize("kind, reader", [("hf", "mindspore_eagle.convert.teacher.read_safetensors"),
+                                          ("gguf", "mindspore_eagle.convert.teacher.read_gguf"),
+                                          ("eagle3", "mindspore_eagle.convert.eagle3.read_head_tensors")])
 def test_existing_output_is_refused_before_the_source_is_read(sources, kind, reader, tmp_path, monkeypatch):
     def must_not_read(*args, **kwargs):
         raise AssertionError("the source was read before the output was checked")
@@ -217,7 +217,7 @@ def test_a_live_or_foreign_writers_temporaries_are_left_alone(tmp_path):
 
 KILLED_CONVERSION = """
 import sys, time
-import ckpt_convert.convert as conv
+import mindspore_eagle.convert.teacher as conv
 real = conv.save_tensors
 def save_then_hang(*args, **kwargs):
     real(*args, **kwargs)

@@ -31,3 +31,55 @@ def test_converter_cli_fails_cleanly_on_a_missing_file(tmp_path):
     assert proc.returncode == 2
     assert "CheckpointError" in proc.stderr and "nope.gguf" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+# ----- bad arguments are refused before anything loads (issue 14, item 8) ---------------------------------------
+# The model path below does not exist: each of these errors must come first, before any model is read.
+NOWHERE = "/nonexistent/model"
+
+
+def run_cli(*argv):
+    proc = subprocess.run([sys.executable, "-m", "mindspore_eagle.cli", *argv], capture_output=True, timeout=120)
+    return proc.returncode, proc.stderr.decode("utf-8", "replace")
+
+
+def test_a_token_limit_below_one_is_refused_before_loading(capsys):
+    for cmd in (["generate", "--prompt", "hi"], ["bench"]):
+        assert cli.main([*cmd, "--model", NOWHERE, "--max-new-tokens", "0"]) == 2
+        err = capsys.readouterr().err
+        assert "--max-new-tokens 0: must be >= 1" in err and NOWHERE not in err
+
+
+def test_an_output_file_in_a_missing_directory_is_refused_before_generating(tmp_path, capsys):
+    trace = tmp_path / "no" / "such" / "dir" / "steps.jsonl"
+    assert cli.main(["generate", "--prompt", "hi", "--model", NOWHERE, "--trace", str(trace)]) == 2
+    err = capsys.readouterr().err
+    assert f"directory {trace.parent} does not exist" in err and NOWHERE not in err
+    assert cli.main(["report", str(tmp_path), "--json", str(tmp_path / "nope" / "r.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_prompt_files_that_are_missing_or_not_utf8_are_refused_before_loading(tmp_path, capsys):
+    latin = tmp_path / "latin1.jsonl"
+    latin.write_bytes('{"prompt": "caf\u00e9"}\n'.encode("latin-1"))
+    for path, needle in ((tmp_path / "missing.jsonl", "cannot read"), (latin, "not UTF-8 (byte 0xe9")):
+        assert cli.main(["bench", "--prompts", str(path), "--model", NOWHERE]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and NOWHERE not in err
+
+
+def test_an_argument_that_is_not_utf8_is_named():
+    code, err = run_cli("generate", "--model", NOWHERE, "--prompt", b"caf\xe9".decode("utf-8", "surrogateescape"))
+    assert code == 2 and "--prompt: not valid UTF-8 (byte 0xe9 at character 3)" in err
+
+
+def test_a_cache_longer_than_the_models_positions_is_refused_before_allocating(capsys):
+    model = default_model_or_skip()
+    assert cli.main(["generate", "--mode", "greedy", "--model", model, "--prompt", "hi",
+                     "--max-cache-len", "1000000000"]) == 2
+    assert "exceeds the model's max_position_embeddings" in capsys.readouterr().err
+
+
+def test_train_draft_errors_are_typed_exit_2(tmp_path, capsys):
+    assert cli.main(["train-draft", "--teacher", NOWHERE, "--out", str(tmp_path / "head")]) == 2
+    assert "error: " in capsys.readouterr().err

@@ -217,10 +217,10 @@ def test_gguf_import_undoes_llama_cpp_permutation(tmp_path):
     reproduces the HF model's logits."""
     model = make_hf_checkpoint("llama", str(tmp_path / "hf_llama"), seed=7)
     write_tiny_gguf(model, str(tmp_path / "tiny.gguf"))
-    from ckpt_convert.readers import read_gguf
+    from mindspore_eagle.convert.readers import read_gguf
 
     meta, raw = read_gguf(str(tmp_path / "tiny.gguf"))
-    from ckpt_convert.convert import gguf_to_ours
+    from mindspore_eagle.convert.teacher import gguf_to_ours
     from mindspore_eagle.config import TeacherConfig
 
     cfg = TeacherConfig.from_gguf_metadata(meta, tied="output.weight" not in raw)
@@ -236,8 +236,8 @@ def test_gguf_import_undoes_llama_cpp_permutation(tmp_path):
 def test_gguf_with_unmapped_tensor_is_refused(tmp_path):
     model = make_hf_checkpoint("llama", str(tmp_path / "hf"), seed=8)
     write_tiny_gguf(model, str(tmp_path / "tiny.gguf"))
-    from ckpt_convert.convert import gguf_to_ours
-    from ckpt_convert.readers import read_gguf
+    from mindspore_eagle.convert.teacher import gguf_to_ours
+    from mindspore_eagle.convert.readers import read_gguf
     from mindspore_eagle.config import TeacherConfig
 
     meta, raw = read_gguf(str(tmp_path / "tiny.gguf"))

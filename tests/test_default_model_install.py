@@ -38,16 +38,16 @@ def home(tmp_path, monkeypatch, tiny_gguf):
     """An empty asset home whose 'registry' serves the tiny GGUF; counts conversions."""
     monkeypatch.setenv("MINDSPORE_EAGLE_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(assets, "fetch_default_gguf", lambda allow_download=True: tiny_gguf)
-    import ckpt_convert
+    from mindspore_eagle import convert
 
     calls = []
-    real = ckpt_convert.convert_gguf
+    real = convert.convert_gguf
 
     def counting(*args, **kwargs):
         calls.append(args)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ckpt_convert, "convert_gguf", counting)
+    monkeypatch.setattr(convert, "convert_gguf", counting)
     return calls
 
 

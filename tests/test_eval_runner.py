@@ -224,6 +224,41 @@ def test_a_session_that_fails_before_its_first_turn_leaves_nothing(tiny, tmp_pat
     assert len(finished_turns(str(tmp_path))) == 1
 
 
+def test_a_turn_longer_than_the_cache_is_skipped_and_the_rest_runs(tiny, tmp_path, capsys):
+    """The long turn (and the later turn of its conversation) is recorded as skipped with the reason; every other
+    turn runs; a rerun does not retry it; merge and report say which turns are missing and why."""
+    from mindspore_eagle.cli import _print_report
+
+    stack = tiny[0]
+    items = [EvalItem("conv-long", "alpha", turns_ids=(tuple(range(1, 101)), (7,))), *ITEMS[:2]]  # 100 > 96 rows
+    cfg = dataclasses.replace(RunConfig.for_stack(stack, items, MAX_NEW))
+    run_shard(stack, items, cfg, str(tmp_path), log=lambda s: None)
+    done = finished_turns(str(tmp_path))
+    assert sorted(done) == sorted(t for i in items[1:] for t in i.turn_ids)
+    assert run_shard(stack, items, cfg, str(tmp_path), log=lambda s: None) == []  # nothing retried
+    m = merge(str(tmp_path))
+    assert m.skipped == ("conv-long-t1", "conv-long-t2") and not m.missing
+    skipped = read_trace(m.path).skipped
+    assert "does not fit the cache" in skipped[0].reason and "conv-long-t1" in skipped[1].reason
+    _print_report([m.path], None)
+    out = capsys.readouterr().out
+    assert "2 turns were skipped" in out and "conv-long-t1: prompt of 100 tokens" in out
+
+
+def test_report_names_the_selected_turns_that_have_no_result(tiny, tmp_path, capsys):
+    from mindspore_eagle.cli import _print_report
+
+    stack = tiny[0]
+    run_shard(stack, ITEMS, config(stack), str(tmp_path), log=lambda s: None, limit=2)
+    path = shard_path(str(tmp_path), 0)
+    lines = open(path).read().splitlines()
+    header = json.loads(lines[0])
+    header["selected"] = header["selected"] + ["conv-e-t1"]  # asked for, never run
+    open(path, "w").write("\n".join([json.dumps(header)] + lines[1:]) + "\n")
+    _print_report([path], None)
+    assert "1 selected turns have no result (first: conv-e-t1)" in capsys.readouterr().out
+
+
 def test_spread_sample_runs_only_first_turns_of_spaced_conversations(tiny, tmp_path):
     stack = tiny[0]
     run_shard(stack, ITEMS, config(stack), str(tmp_path), log=lambda s: None, limit=2, spread=True)

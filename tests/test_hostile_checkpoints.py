@@ -169,7 +169,7 @@ def test_integer_gguf_tensor_is_refused(tmp_path):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    from ckpt_convert.readers import read_gguf
+    from mindspore_eagle.convert.readers import read_gguf
 
     with pytest.raises(CheckpointError, match="token_embd.weight has integer type I32"):
         read_gguf(str(tmp_path / "m.gguf"))

@@ -32,7 +32,7 @@ def _head(seed=0):
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_exported_head_round_trips_through_the_converter(tmp_path, dtype):
-    from ckpt_convert.eagle3 import convert_eagle3
+    from mindspore_eagle.convert.eagle3 import convert_eagle3
     from mindspore_eagle.models.eagle3 import Eagle3DraftHead
     from mindspore_eagle.train.export import export_head
 

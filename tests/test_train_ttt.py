@@ -242,7 +242,7 @@ def test_train_draft_cli_trains_exports_and_resumes(tiny, tiny_dir, tmp_path, ca
     import json
     import os
 
-    from ckpt_convert.eagle3 import convert_eagle3
+    from mindspore_eagle.convert.eagle3 import convert_eagle3
     from mindspore_eagle import cli
     from mindspore_eagle.train.data import MANIFEST, Sequence_, generate_batch, write_shard
 

@@ -243,7 +243,7 @@ def load_head(path: str, max_len: int, attention: AttentionChoice = AttentionCho
         raise AssetError(f"draft head directory {path} does not exist")
     if os.path.isfile(os.path.join(path, CKPT_NAME)):
         return Eagle3DraftHead.load(path, max_len=max_len, attention=attention)
-    from ckpt_convert.eagle3 import load_public_head
+    from ..convert.eagle3 import load_public_head
 
     return load_public_head(path, max_len=max_len, attention=attention)
 

@@ -1,6 +1,6 @@
 """Write a trained head in the public EAGLE-3 format: ``config.json`` + ``model.safetensors``, atomically.
 
-The layout is what SafeAILab EAGLE and SpecForge save and what ``ckpt_convert/eagle3.py`` reads: tensor names
+The layout is what SafeAILab EAGLE and SpecForge save and what ``mindspore_eagle/convert/eagle3.py`` reads: tensor names
 ``fc.weight``, ``midlayer.*``, ``norm.weight``, ``lm_head.weight`` (Linear weights HF-oriented ``[out, in]``),
 plus ``d2t`` (int64) and ``t2d`` (bool) when the draft vocabulary is reduced; the config is a Llama config
 with ``draft_vocab_size``, ``target_hidden_size`` and ``eagle_config.eagle_aux_hidden_state_layer_ids``.

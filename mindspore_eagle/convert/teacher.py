@@ -22,11 +22,11 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from mindspore_eagle.atomic import atomic_directory, check_output_dir
-from mindspore_eagle.checkpoint import CKPT_NAME, save_tensors
-from mindspore_eagle.config import TeacherConfig, read_config_json
-from mindspore_eagle.errors import CheckpointError
-from mindspore_eagle.models.pangu import expected_weight_shapes
+from ..atomic import atomic_directory, check_output_dir
+from ..checkpoint import CKPT_NAME, save_tensors
+from ..config import TeacherConfig, read_config_json
+from ..errors import CheckpointError
+from ..models.pangu import expected_weight_shapes
 
 from .name_map import HF_STALE_SUFFIXES, gguf_name_to_ours, is_linear_weight, unpermute_rope_rows
 from .readers import contained_file, read_gguf, read_safetensors
@@ -132,7 +132,7 @@ def convert_gguf(path: str, out_dir: str, overwrite: bool = False, aux_layer_ids
     check_tensors(tensors, expected_weight_shapes(cfg), path)
 
     def export_tokenizer(tmp: str) -> None:
-        from mindspore_eagle.tokenizer import export_gguf_tokenizer
+        from ..tokenizer import export_gguf_tokenizer
 
         export_gguf_tokenizer(path, tmp)
 
@@ -141,6 +141,6 @@ def convert_gguf(path: str, out_dir: str, overwrite: bool = False, aux_layer_ids
 
 
 def _with_aux(cfg: TeacherConfig, aux_layer_ids: tuple[int, ...]) -> TeacherConfig:
-    from mindspore_eagle.config import replace
+    from ..config import replace
 
     return replace(cfg, aux_layer_ids=tuple(aux_layer_ids))

@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from mindspore_eagle.checkpoint import checked_weight
-from mindspore_eagle.errors import CheckpointError
+from ..checkpoint import checked_weight
+from ..errors import CheckpointError
 
 INDEX_NAME = "model.safetensors.index.json"
 

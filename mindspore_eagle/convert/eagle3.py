@@ -21,15 +21,15 @@ from typing import Mapping
 
 import numpy as np
 
-from mindspore_eagle.atomic import check_output_dir
-from mindspore_eagle.checkpoint import checked_weight
-from mindspore_eagle.config import read_config_json
-from mindspore_eagle.draft_config import DraftConfig
-from mindspore_eagle.errors import CheckpointError
-from mindspore_eagle.models.eagle3 import (D2T_FILE, T2D_FILE, Eagle3DraftHead, check_vocab_map,
+from ..atomic import check_output_dir
+from ..checkpoint import checked_weight
+from ..config import read_config_json
+from ..draft_config import DraftConfig
+from ..errors import CheckpointError
+from ..models.eagle3 import (D2T_FILE, T2D_FILE, Eagle3DraftHead, check_vocab_map,
                                            expected_head_shapes)
 
-from .convert import check_tensors, write_model_dir
+from .teacher import check_tensors, write_model_dir
 from .name_map import HF_STALE_SUFFIXES
 from .readers import contained_file, read_safetensors
 
@@ -130,7 +130,7 @@ def load_public_head(src: str, batch_size: int = 1, max_len: int = 1024, attenti
     the ``AttentionChoice`` of its attention core (default: primitives)."""
     from mindspore import Tensor
 
-    from mindspore_eagle.attention import AttentionChoice
+    from ..attention import AttentionChoice
 
     cfg, tensors, d2t, t2d = read_checked_head(src)
     head = Eagle3DraftHead(cfg, batch_size, max_len, attention or AttentionChoice())
