@@ -314,6 +314,38 @@ def test_plain_multiprocess_launcher_equals_the_in_process_run(tiny, oracle_sing
     assert {s.rank for s in read_trace(str(out / MERGED_NAME)).turns} == {0, 1}
 
 
+def test_an_eval_worker_killed_with_sigkill_resumes_without_losing_a_turn(tiny, oracle_single, tmp_path):
+    """A real ``kill -9`` of ``mindspore-eagle eval`` once at least one turn is on disk: the rerun of the same command
+    loses no finished turn, runs none twice, leaves no stray file, and its merged trace equals the in-process run."""
+    import signal
+    import time
+
+    _, ms_dir, _ = tiny
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "mindspore_eagle.cli", "eval", "--out", str(out),
+            *cli_flags(ms_dir, write_set(tmp_path / "set.jsonl"))]
+    env = {**os.environ, "GLOG_v": "3"}
+    proc = subprocess.Popen(argv, env=env, cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    shard = shard_path(str(out), 0)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if os.path.exists(shard) and '"record":"turn"' in open(shard).read():
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = finished_turns(str(out))
+    assert 1 <= len(before) < NUM_TURNS
+    launch(argv, tmp_path)
+    tf = read_trace(shard)
+    assert len(tf.turns) == NUM_TURNS == len({s.turn for s in tf.turns}) and not tf.torn and tf.orphan_steps == 0
+    assert {t: before[t].output_ids for t in before} == {t: s.output_ids for t, s in finished_turns(str(out)).items()
+                                                          if t in before}
+    assert sorted(os.listdir(out)) == sorted([MERGED_NAME, os.path.basename(shard)])  # no stray file
+    assert canonical(str(out / MERGED_NAME)) == oracle_single
+
+
 @pytest.mark.slow
 def test_msrun_launcher_equals_the_in_process_run(tiny, oracle_single, tmp_path):
     _, ms_dir, _ = tiny
