@@ -35,7 +35,15 @@ def setup_mindspore(device: str = "CPU") -> None:
         except Exception as exc:
             raise ConfigError(f"device 'Ascend' requested but not usable here ({type(exc).__name__}: {exc})") from None
     else:
-        ms.set_device("CPU")
+        try:
+            ms.set_device("CPU")
+        except RuntimeError as exc:
+            # MindSpore 2.9 refuses set_device once any kernel ran in the process (MindFormers' own context set-up
+            # runs some). That is harmless when the runtime already is on the CPU; anything else is an error.
+            current = ms.get_context("device_target")
+            if current != "CPU":
+                raise ConfigError(f"device 'CPU' requested, but MindSpore already runs on {current!r} in this "
+                                  f"process ({exc})") from None
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ def test_classes_are_registered_with_mindformers():
 def test_yaml_build_paths_give_the_speculative_model(model, pair):
     kind, m = model
     _, teacher, head = pair
-    assert isinstance(m, EagleSpeculativeForCausalLM) and m.config.max_nodes == 8 and m.engine.proposer is not None
+    assert isinstance(m, EagleSpeculativeForCausalLM) and m.config.max_nodes == 8 and m.proposer is not None
     cfg = MindFormerConfig(YAML)
     cfg.model.model_config.update(teacher_dir=teacher, draft_dir=head, **SMALL)
     assert isinstance(build_network(cfg.model), EagleSpeculativeForCausalLM)
@@ -94,7 +94,7 @@ def test_pipeline_text_generation_equals_our_greedy(model):
         assert list(gen.tokens) == want and list(gen.prompt_tokens) == prompt
         if kind == "copy":
             assert gen.tau > 2, gen.tau  # drafts accepted: several tokens per verification
-    assert m.engine.proposer is not None
+    assert m.proposer is not None
 
 
 def test_padded_batch_is_split_into_unpadded_prompts(model):
