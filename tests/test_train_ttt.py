@@ -14,19 +14,8 @@ NEW = 8
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(hf_tiny, tmp_path_factory):
-    """The tiny Llama teacher's directory, with three distinct taps (0, 1, 3) as a real teacher has (its 4
-    layers would otherwise give the default taps (2, 2, 1), which repeat a layer)."""
-    import json
-    import shutil
-
-    _, ms_dir, _ = hf_tiny("llama")
-    out = tmp_path_factory.mktemp("tiny") / "teacher"
-    shutil.copytree(ms_dir, out)
-    cfg = json.loads((out / "config.json").read_text())
-    cfg["aux_layer_ids"] = [0, 1, 3]
-    (out / "config.json").write_text(json.dumps(cfg))
-    return str(out)
+def tiny_dir(tiny_taps_dir):
+    return tiny_taps_dir
 
 
 @pytest.fixture(scope="module")
