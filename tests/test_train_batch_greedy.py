@@ -93,6 +93,7 @@ def test_stored_topk_features_and_greedy_equal_one_full_forward(teachers, genera
             prompt = build_prompt(f.item, k, list(f.answers[:k]), None, (eos,))
             full = prompt + list(f.answers[k])
             start = len(full) - len(seq.tokens)
+            assert start == f.starts[k]
             assert list(seq.tokens) == full[start:] and seq.prompt_len == len(prompt) - start
             assert start == 0 if k == 0 else start > len(f.item.turns_ids[0])  # turn 2 stores its own rows only
             n = len(full) - 1
@@ -140,3 +141,13 @@ def test_should_stop_drops_conversations_in_flight(teachers):
     done = []
     stats = gen.run(_items(), done.append, should_stop=lambda s: s.steps >= 3)
     assert stats.steps == 3 and done == []  # no conversation finishes in 3 steps; none is reported half done
+
+
+def test_wrapping_keeps_the_teacher_parameter_names(teachers):
+    """The trainer and the checkpoint loader find teacher weights by name; wrapping must not prefix them."""
+    from mindspore_eagle.train.topk_teacher import GreedyTopK
+
+    before = sorted(teachers[0].cell.weight_parameters())
+    GreedyTopK(teachers[0], K)
+    assert sorted(teachers[0].cell.weight_parameters()) == before
+    assert "model.embed_tokens.weight" in before

@@ -62,6 +62,7 @@ class Finished:
     item: EvalItem
     sequences: tuple[Sequence_, ...]
     answers: tuple[tuple[int, ...], ...]
+    starts: tuple[int, ...]  # position of each stored sequence's first token in the conversation
     skipped_turns: int  # later turns whose prompt + max_new_tokens did not fit the cache
 
 
@@ -98,6 +99,7 @@ class _Slot:
     start: int = 0  # first position of this turn's stored window
     answers: list[tuple[int, ...]] = field(default_factory=list)
     sequences: list[Sequence_] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
 
 
 class BatchGreedyGenerator:
@@ -139,7 +141,7 @@ class BatchGreedyGenerator:
 
     def _admit(self, slot: _Slot, queue: Iterator[EvalItem], stats: GenerationStats) -> None:
         item = next(queue, None)
-        slot.item, slot.turn, slot.answers, slot.sequences = item, 0, [], []
+        slot.item, slot.turn, slot.answers, slot.sequences, slot.starts = item, 0, [], [], []
         if item is None:
             return
         prompt = build_prompt(item, 0, [], self.tokenizer, self.eos)
@@ -154,6 +156,7 @@ class BatchGreedyGenerator:
         slot.sequences.append(Sequence_(
             turn_pid(slot.item.id, slot.turn), np.array(slot.tokens[s0:], np.int32), slot.prompt_len - s0,
             self._feats[b, s0:n - 1].copy(), self._tk_ids[b, s0:n - 1].copy(), self._tk_val[b, s0:n - 1].copy()))
+        slot.starts.append(s0)
         slot.answers.append(tuple(slot.tokens[slot.prompt_len:]))
         slot.turn += 1
         if slot.turn < slot.item.num_turns:
@@ -162,7 +165,8 @@ class BatchGreedyGenerator:
                 self._begin_turn(slot, prompt, stats)
                 return None
         stats.conversations += 1
-        return Finished(slot.item, tuple(slot.sequences), tuple(slot.answers), slot.item.num_turns - slot.turn)
+        return Finished(slot.item, tuple(slot.sequences), tuple(slot.answers), tuple(slot.starts),
+                        slot.item.num_turns - slot.turn)
 
     # ---- the loop -----------------------------------------------------------------------------------
     def run(self, items: Iterable[EvalItem], on_finished: Callable[[Finished], None],

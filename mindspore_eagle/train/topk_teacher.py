@@ -32,7 +32,7 @@ class TopKTeacher(nn.Cell):
     exactly as the teacher Cell's (``models.pangu.PanguForCausalLM``), outputs as in the module docstring."""
 
     def __init__(self, teacher_cell, k: int):
-        super().__init__()
+        super().__init__(auto_prefix=False)  # the teacher's Parameters keep their names (checkpoints, the trainer)
         self.teacher = teacher_cell
         self.k = k
         self.topk = ops.TopK(sorted=True)
