@@ -151,3 +151,47 @@ def test_wrapping_keeps_the_teacher_parameter_names(teachers):
     GreedyTopK(teachers[0], K)
     assert sorted(teachers[0].cell.weight_parameters()) == before
     assert "model.embed_tokens.weight" in before
+
+
+@pytest.mark.slow
+def test_default_model_batched_turns_equal_single_sequence_greedy_and_full_topk():
+    """The default SmolLM2 teacher, chat-templated text turns (one with a second turn on its own answer): B=4
+    slots against B=1 greedy decoding, and the stored top-k against one B=1 forward of the whole sequence."""
+    from tests.conftest import default_model_or_skip
+
+    from mindspore_eagle.config import RuntimeConfig
+    from mindspore_eagle.generate import greedy_generate
+    from mindspore_eagle.teacher import Teacher
+    from mindspore_eagle.tokenizer import load_tokenizer
+    from mindspore_eagle.train.batch_greedy import BatchGreedyGenerator
+    from mindspore_eagle.tree.mask import causal_mask
+
+    d = default_model_or_skip()
+    tok = load_tokenizer(d)
+    new = 40
+    items = [EvalItem("a", "math", ("What is 17 times 23? Answer briefly.", "Now explain step 2 in more detail.")),
+             EvalItem("b", "writing", ("Write a haiku about autumn leaves.",)),
+             EvalItem("c", "coding", ("Write a Python function that reverses a string.",)),
+             EvalItem("d", "stem", ("Explain photosynthesis in one sentence.",)),
+             EvalItem("e", "roleplay", ("You are a pirate captain. Greet a group of new visitors.",))]
+    batched = Teacher.load(d, RuntimeConfig(max_cache_len=256, batch_size=4, buckets=(1,), prefill_chunk=1))
+    done = []
+    BatchGreedyGenerator(batched, new, tok.eos_token_ids, K, tok).run(items, done.append)
+    del batched
+    single = Teacher.load(d, RuntimeConfig(max_cache_len=256, buckets=(1, 8, 16, 32, 64, 256), prefill_chunk=64))
+    for f in sorted(done, key=lambda f: f.item.id):
+        answers = []
+        for k in range(f.item.num_turns):
+            prompt = build_prompt(f.item, k, answers, tok, tok.eos_token_ids)
+            ref = greedy_generate(single, prompt, new, tok.eos_token_ids)
+            assert f.answers[k] == tuple(ref.tokens), (f.item.id, k, tok.decode(f.answers[k]), tok.decode(ref.tokens))
+            answers.append(ref.tokens)
+            seq, full = f.sequences[k], prompt + list(ref.tokens)
+            n = len(full) - 1
+            pos = np.arange(n)[None]
+            out = single.forward(np.array(full[:n])[None], pos, pos, causal_mask(0, n, 256), 256)
+            logits = out.logits[0, f.starts[k]:]
+            ref_vals = -np.sort(-logits, axis=-1)[:, :K]
+            np.testing.assert_allclose(seq.topk_logits.astype(np.float32), ref_vals, rtol=5e-3, atol=2e-2)
+            assert np.mean(seq.topk_ids[:, 0] == np.argmax(logits, -1)) == 1.0
+    assert len(done) == len(items) and done[[f.item.id for f in done].index("a")].starts[1] > 0

@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description="Generate teacher answers + features for draft-head training")
     ap.add_argument("--teacher", default=None, help="converted teacher dir (default: the default teacher)")
-    ap.add_argument("--out", default=os.path.join(home(), "train_data", "smollm2-135m"))
+    ap.add_argument("--out", default=os.path.join(home(), "train_data", "smollm2-135m-chat"))
     ap.add_argument("--num-conversations", type=int, default=None, help="first N of the set (default: all)")
     ap.add_argument("--per-category", type=int, default=2500, help="conversations per category in the set")
     ap.add_argument("--no-second-turns", action="store_true")

@@ -87,7 +87,7 @@ def _stdlib_functions() -> list[tuple[str, object]]:
     return [(n, f) for n, f in out if len(inspect.getdoc(f) or "") >= 30]
 
 
-def _source(fn, max_lines: int = 30) -> str | None:
+def _source(fn, max_lines: int = 20) -> str | None:
     try:
         src = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError):
@@ -102,7 +102,7 @@ def _stub(qualname: str, fn) -> str | None:
     except (TypeError, ValueError):
         return None
     doc = inspect.getdoc(fn) or ""
-    if '"""' in doc or len(doc) > 900:
+    if '"""' in doc or len(doc) > 500:
         return None
     params = [p.replace(annotation=inspect.Parameter.empty) for p in sig.parameters.values() if p.name != "self"]
     try:
@@ -118,7 +118,7 @@ def _passages() -> list[str]:
     for _, fn in _stdlib_functions():
         for p in (inspect.getdoc(fn) or "").split("\n\n"):
             p = " ".join(p.split())
-            if 160 <= len(p) <= 600:
+            if 160 <= len(p) <= 360:
                 paras.append(p)
     return sorted(set(paras))
 
@@ -258,7 +258,7 @@ def _extraction(rng: random.Random, ctx: dict) -> Iterator[str]:
     while True:
         kind = rng.randrange(5)
         if kind <= 1:
-            recs = [_record(rng) for _ in range(rng.randrange(2, 5))]
+            recs = [_record(rng) for _ in range(rng.randrange(1, 4))]
             text = " ".join(
                 _pick(rng, ("On {date}, {name}, a {job} at {company} in {city}, ordered {qty} units of {product} "
                             "for ${amount}.", "{name} ({email}) joined {company} as a {job} on {date} and is based "
@@ -270,7 +270,7 @@ def _extraction(rng: random.Random, ctx: dict) -> Iterator[str]:
                               "Identify all monetary amounts and dates in this text, and say who they belong to."))
             yield f"{ask}\n\n{text}"
         elif kind == 2:
-            recs = [_record(rng) for _ in range(rng.randrange(3, 6))]
+            recs = [_record(rng) for _ in range(rng.randrange(3, 5))]
             rows = "\n".join(f"{r['name']}, {r['job']}, {r['city']}, {r['date']}" for r in recs)
             yield (f"Here are staff records (name, job, city, start date):\n{rows}\n\n"
                    + _pick(rng, ("Who started most recently?", "Group the people by city.",
