@@ -5,7 +5,9 @@ Each measurement is its own subprocess (one MindSpore process at a time), genera
 the training prompt set for ``--seconds``. The new generator's rate counts answer tokens produced after
 ``--skip`` seconds (compile and the first fill of the slots excluded); the old one's counts the batches after
 its first (which includes the compiles), at least one. The baseline runs before and after
-the sweep; ratios are against their mean, so a machine shared with other jobs drifts both sides alike.
+the sweep; ratios are against their mean, so a machine shared with other jobs drifts both sides alike. First, an
+interleaved step benchmark in one process: the old decode step (B=16, full logits to the host, numpy top-k),
+its prefill chunk (16 x 64 rows) and the new step per batch size, round by round (rows/s of each).
 
     PYTHONPATH=$PWD python scripts/bench_datagen.py --baseline-src /tmp/base   # base: `git archive <commit>`
 
@@ -73,6 +75,83 @@ print(json.dumps({"kind": kind, "batch": batch, "turns": turns, "max_new_tokens"
                   "finished_units": len(events), "window_s": round(span, 1), **extra}))
 '''
 
+STEPS = r'''
+import json, os, sys, time
+import numpy as np
+os.environ.setdefault("GLOG_v", "3")
+from mindspore_eagle.assets import default_model_dir
+from mindspore_eagle.config import RuntimeConfig
+from mindspore_eagle.teacher import Teacher
+from mindspore_eagle.train.topk_teacher import GreedyTopK
+from mindspore_eagle.tree.mask import additive_from_bool
+rows_new, rows_old, rounds = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+batches = [int(b) for b in sys.argv[4].split(",")]
+d = default_model_dir()
+rng = np.random.default_rng(0)
+
+
+def numpy_topk(logits, k=32):  # the previous generator's host-side top-k
+    idx = np.argpartition(-logits, k - 1, axis=-1)[..., :k]
+    vals = np.take_along_axis(logits, idx, -1)
+    order = np.argsort(-vals, axis=-1, kind="stable")
+    return np.take_along_axis(idx, order, -1), np.take_along_axis(vals, order, -1).astype(np.float16)
+
+
+old = Teacher.load(d, RuntimeConfig(max_cache_len=rows_old, batch_size=16, buckets=(1, 64), prefill_chunk=64))
+cols = np.arange(rows_old)
+
+
+def old_step(t):
+    r = np.full((16, t), rows_old // 2) + np.arange(t)[None]
+    mask = additive_from_bool(cols[None, None, :] <= r[:, :, None])[:, None]
+    out = old.forward(rng.integers(0, 49152, (16, t)), r, r, mask, t)
+    numpy_topk(out.logits)
+    out.aux_hidden.astype(np.float16)
+
+
+new = {b: GreedyTopK(Teacher.load(d, RuntimeConfig(max_cache_len=rows_new, batch_size=b, buckets=(1,),
+                                                   prefill_chunk=1)), 32) for b in batches}
+
+
+def new_step(b):
+    new[b].step(rng.integers(0, 49152, b), np.full(b, rows_new // 2))
+
+
+calls = [("old_decode_B16", lambda: old_step(1), 16), ("old_prefill_B16x64", lambda: old_step(64), 1024)]
+calls += [(f"new_B{b}", (lambda b=b: new_step(b)), b) for b in batches]
+for _, f, _ in calls:
+    f(); f()  # compile and warm up
+times = {n: [] for n, _, _ in calls}
+for _ in range(rounds):  # interleaved: every variant sees the same machine load on average
+    for n, f, _ in calls:
+        t0 = time.perf_counter(); f(); times[n].append(time.perf_counter() - t0)
+res = {n: {"ms": round(1000 * float(np.median(times[n])), 1), "rows_per_s": round(r / float(np.median(times[n])), 1)}
+       for n, _, r in calls}
+print(json.dumps({"kind": "steps", "rounds": rounds, "cache_rows_new": rows_new, "cache_rows_old": rows_old, **res}))
+'''
+
+
+def steps_ab(args, batches: str) -> dict:
+    """Per batch size one process running the old steps and the new one interleaved round by round: per-row cost
+    ratios robust to a shared machine (one process per B keeps memory to two teachers)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rows_new = args.max_prompt_tokens + args.max_new_tokens + 1
+    out_all = {}
+    for b in batches.split(","):
+        cmd = [sys.executable, "-c", STEPS, str(rows_new), str(args.max_prompt_tokens + args.max_new_tokens + 64),
+               str(args.rounds), b]
+        out = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=here, GLOG_v="3"), capture_output=True, text=True,
+                             cwd=here)
+        if out.returncode != 0:
+            raise SystemExit(f"step benchmark B={b} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
+        rec = json.loads(out.stdout.strip().splitlines()[-1])
+        rec["loadavg_1m"] = round(os.getloadavg()[0], 2)
+        rec["new_over_old_decode_rows"] = round(rec[f"new_B{b}"]["rows_per_s"] / rec["old_decode_B16"]["rows_per_s"], 2)
+        print(json.dumps(rec), flush=True)
+        out_all[int(b)] = rec
+    return out_all
+
+
 def run(src: str, kind: str, batch: int, args, turns: int, conversations: str) -> dict:
     env = dict(os.environ, PYTHONPATH=os.path.abspath(src), GLOG_v="3")
     cmd = [sys.executable, "-c", WORKER, kind, str(batch), str(args.seconds), str(args.skip), str(args.max_new_tokens),
@@ -98,7 +177,12 @@ def main() -> int:
     ap.add_argument("--skip", type=float, default=50.0)
     ap.add_argument("--max-new-tokens", type=int, default=192)
     ap.add_argument("--max-prompt-tokens", type=int, default=160)
+    ap.add_argument("--rounds", type=int, default=10, help="rounds of the interleaved step benchmark")
+    ap.add_argument("--steps-only", action="store_true", help="only the interleaved step benchmark")
     args = ap.parse_args()
+    steps = steps_ab(args, args.batch_sizes)
+    if args.steps_only:
+        return 0
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, here)
     from mindspore_eagle.train.prompts import build_conversations
@@ -117,6 +201,7 @@ def main() -> int:
                "ratio_vs_old_B16": {r["batch"]: round(r["answer_tok_s"] / ref, 2) for r in sweep},
                "two_turn": {r["batch"]: r["answer_tok_s"] for r in two},
                "best_batch": max(sweep, key=lambda r: r["answer_tok_s"])["batch"],
+               "step_new_over_old_decode_rows": {b: r["new_over_old_decode_rows"] for b, r in steps.items()},
                "machine_shared": True, "loadavg_1m_end": round(os.getloadavg()[0], 2)}
     os.remove(conv_path)
     print(json.dumps(summary))
