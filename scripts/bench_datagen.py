@@ -4,7 +4,8 @@ the previous generator (static batches of 16, host-side numpy top-k) run from an
 Each measurement is its own subprocess (one MindSpore process at a time), generating the same conversations of
 the training prompt set for ``--seconds``. The new generator's rate counts answer tokens produced after
 ``--skip`` seconds (compile and the first fill of the slots excluded); the old one's counts the batches after
-its first (which includes the compiles), at least one. The baseline runs before and after
+its first (which includes the compiles), at least one. ``--pairs B`` instead runs the old generator and the
+new one at batch B *at the same time* (same machine conditions for both) and prints their ratio. The baseline runs before and after
 the sweep; ratios are against their mean, so a machine shared with other jobs drifts both sides alike. First, an
 interleaved step benchmark in one process: the old decode step (B=16, full logits to the host, numpy top-k),
 its prefill chunk (16 x 64 rows) and the new step per batch size, round by round (rows/s of each).
@@ -152,17 +153,37 @@ def steps_ab(args, batches: str) -> dict:
     return out_all
 
 
-def run(src: str, kind: str, batch: int, args, turns: int, conversations: str) -> dict:
+def start(src: str, kind: str, batch: int, args, turns: int, conversations: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=os.path.abspath(src), GLOG_v="3")
     cmd = [sys.executable, "-c", WORKER, kind, str(batch), str(args.seconds), str(args.skip), str(args.max_new_tokens),
            str(args.max_prompt_tokens), str(turns), conversations]
-    t0 = time.time()
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=os.path.abspath(src))
-    if out.returncode != 0:
-        raise SystemExit(f"{kind} B={batch} failed:\n{out.stderr[-3000:]}")
-    rec = json.loads(out.stdout.strip().splitlines()[-1])
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=os.path.abspath(src))
+
+
+def finish(proc: subprocess.Popen, what: str, t0: float) -> dict:
+    stdout, stderr = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"{what} failed:\n{stderr[-3000:]}")
+    rec = json.loads(stdout.strip().splitlines()[-1])
     rec["wall_s"] = round(time.time() - t0, 1)
     rec["loadavg_1m"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(rec), flush=True)
+    return rec
+
+
+def run(src: str, kind: str, batch: int, args, turns: int, conversations: str) -> dict:
+    return finish(start(src, kind, batch, args, turns, conversations), f"{kind} B={batch}", time.time())
+
+
+def pair(args, batch: int, conversations: str) -> dict:
+    """The old generator (B=16) and the new one (B=``batch``) at the same time: both see the same machine."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    t0 = time.time()
+    procs = [start(args.baseline_src, "old", 16, args, 1, conversations), start(here, "new", batch, args, 1, conversations)]
+    old, new = finish(procs[0], "old B=16 (pair)", t0), finish(procs[1], f"new B={batch} (pair)", t0)
+    rec = {"kind": "pair", "batch": batch, "old_tok_s": old["answer_tok_s"], "new_tok_s": new["answer_tok_s"],
+           "ratio": round(new["answer_tok_s"] / max(old["answer_tok_s"], 1e-9), 2)}
     print(json.dumps(rec), flush=True)
     return rec
 
@@ -179,7 +200,21 @@ def main() -> int:
     ap.add_argument("--max-prompt-tokens", type=int, default=160)
     ap.add_argument("--rounds", type=int, default=10, help="rounds of the interleaved step benchmark")
     ap.add_argument("--steps-only", action="store_true", help="only the interleaved step benchmark")
+    ap.add_argument("--pairs", default="", help="batch sizes to run concurrently with the old generator, then stop")
     args = ap.parse_args()
+    if args.pairs:
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        sys.path.insert(0, here)
+        from mindspore_eagle.train.prompts import build_conversations
+
+        fd, conv_path = tempfile.mkstemp(suffix=".jsonl")
+        with os.fdopen(fd, "w") as f:
+            for c in build_conversations(seed=0):
+                f.write(json.dumps(c) + "\n")
+        recs = [pair(args, int(b), conv_path) for b in args.pairs.split(",")]
+        os.remove(conv_path)
+        print(json.dumps({"pairs": {r["batch"]: r["ratio"] for r in recs}, "machine_shared": True}))
+        return 0
     steps = steps_ab(args, args.batch_sizes)
     if args.steps_only:
         return 0
