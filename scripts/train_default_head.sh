@@ -10,7 +10,8 @@
 # continuous-batching generator (train.batch_greedy, top-k in the graph) at DATA_BATCH slots. The full set
 # (9 x 2500 conversations) is ~3.4M answer tokens; stop earlier with NUM_CONVERSATIONS or DATA_TIME_LIMIT, rerun
 # to resume (a kill loses only the conversations in flight). Disk: ~3.65 KB per stored position, ~1.3 stored
-# positions per answer token: ~10 GB for 2M answer tokens.
+# positions per answer token: ~10 GB for 2M answer tokens. Memory (estimated): two teachers, caches of 353 and 609
+# rows x DATA_BATCH slots: ~7.5 GB at 128, ~4 GB at 64.
 #
 # Knobs (environment): PER_CATEGORY, NUM_CONVERSATIONS, DATA_BATCH, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS,
 # DATA_TIME_LIMIT (s, empty: none), TRAIN_MINUTES, MAX_STEPS, DRAFT_VOCAB, TTT_STEPS, TRAIN_BUCKETS, OUT.
@@ -25,7 +26,7 @@ OUT=${OUT:-assets/heads/smollm2-135m-eagle3}
 LOGDIR=${LOGDIR:-$HOME_DIR/train_logs}
 PER_CATEGORY=${PER_CATEGORY:-2500}
 NUM_CONVERSATIONS=${NUM_CONVERSATIONS:-}
-DATA_BATCH=${DATA_BATCH:-64}
+DATA_BATCH=${DATA_BATCH:-128}
 MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-192}
 MAX_PROMPT_TOKENS=${MAX_PROMPT_TOKENS:-160}
 DATA_TIME_LIMIT=${DATA_TIME_LIMIT:-}

@@ -153,7 +153,7 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
-def generate_dataset(model_dir: str, out_dir: str, num_conversations: int | None = None, batch_size: int = 64,
+def generate_dataset(model_dir: str, out_dir: str, num_conversations: int | None = None, batch_size: int = 128,
                      max_new_tokens: int = 192, max_prompt_tokens: int = 160, topk: int = 32, seed: int = 0,
                      time_limit_s: float | None = None, per_category: int = 2500, second_turns: bool = True,
                      block: int = 2048, followup_tokens: int = 64) -> int:
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--num-conversations", type=int, default=None, help="first N of the set (default: all)")
     ap.add_argument("--per-category", type=int, default=2500, help="conversations per category in the set")
     ap.add_argument("--no-second-turns", action="store_true")
-    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--max-new-tokens", type=int, default=192)
     ap.add_argument("--max-prompt-tokens", type=int, default=160)
     ap.add_argument("--topk", type=int, default=32)
