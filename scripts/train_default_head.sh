@@ -8,9 +8,10 @@
 # Data (issue 17): the nine-category prompt set of mindspore_eagle.train.prompts (PER_CATEGORY conversations per
 # category, about half with a second turn asked after the teacher's own first answer), answered by the
 # continuous-batching generator (train.batch_greedy, top-k in the graph) at DATA_BATCH slots. The full set
-# (9 x 2500 conversations) is ~3.4M answer tokens; stop earlier with NUM_CONVERSATIONS or DATA_TIME_LIMIT, rerun
-# to resume (a kill loses only the conversations in flight). Disk: ~3.65 KB per stored position, ~1.3 stored
-# positions per answer token: ~10 GB for 2M answer tokens. Memory (estimated): two teachers, caches of 353 and 609
+# (9 x 2500 conversations, 21,947 within MAX_PROMPT_TOKENS=160) is an estimated ~4M answer tokens (at ~140 per
+# answer); stop earlier with NUM_CONVERSATIONS or DATA_TIME_LIMIT, rerun to resume (a kill loses only the
+# conversations in flight). Disk: 3.66 KB per stored position, ~1.4 stored positions per answer token (estimated):
+# ~10 GB for 2M answer tokens. Memory (estimated): two teachers, caches of 353 and 609
 # rows x DATA_BATCH slots: ~7.5 GB at 128, ~4 GB at 64.
 #
 # Knobs (environment): PER_CATEGORY, NUM_CONVERSATIONS, DATA_BATCH, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS,
