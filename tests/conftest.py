@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -28,6 +29,21 @@ def hf_tiny(tmp_path_factory):
         return cache[kind]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def tiny_taps_dir(hf_tiny, tmp_path_factory):
+    """The tiny Llama teacher's directory, with three distinct taps (0, 1, 3) as a real teacher has (its 4
+    layers would otherwise give the default taps (2, 2, 1), which repeat a layer)."""
+    import shutil
+
+    _, ms_dir, _ = hf_tiny("llama")
+    out = tmp_path_factory.mktemp("tiny") / "teacher"
+    shutil.copytree(ms_dir, out)
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["aux_layer_ids"] = [0, 1, 3]
+    (out / "config.json").write_text(json.dumps(cfg))
+    return str(out)
 
 
 @pytest.fixture(scope="session")

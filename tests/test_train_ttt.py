@@ -1,4 +1,4 @@
-"""Draft-head training on a tiny random teacher: batched data generation, the TTT unroll against a naive
+"""Draft-head training on a tiny random teacher: the TTT unroll against a naive
 numpy reference (step k must read step k-1's output, not the teacher features), the draft vocabulary, and a
 few optimizer steps lowering the loss."""
 
@@ -14,19 +14,8 @@ NEW = 8
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(hf_tiny, tmp_path_factory):
-    """The tiny Llama teacher's directory, with three distinct taps (0, 1, 3) as a real teacher has (its 4
-    layers would otherwise give the default taps (2, 2, 1), which repeat a layer)."""
-    import json
-    import shutil
-
-    _, ms_dir, _ = hf_tiny("llama")
-    out = tmp_path_factory.mktemp("tiny") / "teacher"
-    shutil.copytree(ms_dir, out)
-    cfg = json.loads((out / "config.json").read_text())
-    cfg["aux_layer_ids"] = [0, 1, 3]
-    (out / "config.json").write_text(json.dumps(cfg))
-    return str(out)
+def tiny_dir(tiny_taps_dir):
+    return tiny_taps_dir
 
 
 @pytest.fixture(scope="module")
@@ -38,26 +27,20 @@ def tiny(tiny_dir):
     return tuple(Teacher.load(tiny_dir, RuntimeConfig(batch_size=b, **rt)) for b in (4, 1))
 
 
+def _generate(teacher, prompts, new, prefix="s"):
+    """Greedy answers + features for id prompts with the training-data generator (``train.batch_greedy``)."""
+    from mindspore_eagle.evalset import EvalItem
+    from mindspore_eagle.train.batch_greedy import BatchGreedyGenerator
+
+    items = [EvalItem(f"{prefix}{i}", "test", turns_ids=(tuple(int(t) for t in p),)) for i, p in enumerate(prompts)]
+    done = {}
+    BatchGreedyGenerator(teacher, new, (), topk=8).run(items, lambda f: done.__setitem__(f.item.id, f.sequences[0]))
+    return [done[i.id] for i in items]
+
+
 @pytest.fixture(scope="module")
 def tiny_seqs(tiny):
-    from mindspore_eagle.train.data import Sequence_, generate_batch
-
-    outs = generate_batch(tiny[0], PROMPTS, NEW, eos_ids=(), topk=8)
-    return [Sequence_(f"s{i}", t, len(p), f, ti, tv) for i, (p, (t, f, ti, tv)) in enumerate(zip(PROMPTS, outs))]
-
-
-def test_batched_generation_equals_single_sequence_greedy(tiny, tiny_seqs):
-    """Right-padded prompts of different lengths, B=4: every answer and feature row equals the B=1 run."""
-    from mindspore_eagle.engine import greedy_generate
-    from mindspore_eagle.train.data import generate_batch
-
-    for p, s in list(zip(PROMPTS, tiny_seqs))[:2]:  # the longest and the shortest prompt
-        ref = greedy_generate(tiny[1], p, NEW)
-        assert list(s.tokens[len(p):]) == list(ref.tokens)
-        assert s.features.shape == (len(s.tokens) - 1, 3 * tiny[0].cfg.hidden_size)
-        assert np.array_equal(s.topk_ids[len(p) - 1:, 0], s.tokens[len(p):])  # greedy = top-1
-    (_, f1, _, _), = generate_batch(tiny[1], [PROMPTS[1]], NEW, eos_ids=(), topk=8)
-    np.testing.assert_allclose(tiny_seqs[1].features.astype(np.float32), f1.astype(np.float32), rtol=2e-3, atol=2e-3)
+    return _generate(tiny[0], PROMPTS, NEW)
 
 
 def test_draft_vocab_keeps_the_most_frequent_ids_and_a_consistent_map():
@@ -244,12 +227,11 @@ def test_train_draft_cli_trains_exports_and_resumes(tiny, tiny_dir, tmp_path, ca
 
     from mindspore_eagle.convert.eagle3 import convert_eagle3
     from mindspore_eagle import cli
-    from mindspore_eagle.train.data import MANIFEST, Sequence_, generate_batch, write_shard
+    from mindspore_eagle.train.data import MANIFEST, write_shard
 
     rng = np.random.default_rng(7)
     prompts = [list(rng.integers(1, 90, size=int(rng.integers(3, 8)))) for _ in range(24)]
-    outs = [o for k in range(0, len(prompts), 4) for o in generate_batch(tiny[0], prompts[k:k + 4], NEW, (), 8)]
-    seqs = [Sequence_(f"p{i}", t, len(p), f, ti, tv) for i, (p, (t, f, ti, tv)) in enumerate(zip(prompts, outs))]
+    seqs = _generate(tiny[0], prompts, NEW, prefix="p")
     data = tmp_path / "data"
     data.mkdir()
     names = [os.path.basename(write_shard(str(data), k, seqs[k * 12:(k + 1) * 12])) for k in range(2)]

@@ -179,15 +179,3 @@ def test_forward_inputs_follow_the_one_padding_rule(layout, committed_len, spare
         want[:committed_len] = True
         want[committed_len + r] = True
         np.testing.assert_array_equal(visible[r], want)
-
-
-def test_a_batch_of_chains_shares_positions_rows_and_mask():
-    ids = np.array([[5, 6, 7], [8, 9, 10]])
-    inputs = ForwardInputs.for_chains(ids, 4, 8, 16)
-    one = ForwardInputs.for_tree(TreeLayout.chain([5, 6, 7]), 4, 8, 16)
-    assert inputs.ids.shape == (2, 8) and inputs.num_real == 3
-    np.testing.assert_array_equal(inputs.ids[:, :3], ids)
-    for b in range(2):
-        np.testing.assert_array_equal(inputs.positions[b], one.positions[0])
-        np.testing.assert_array_equal(inputs.rows[b], one.rows[0])
-        np.testing.assert_array_equal(inputs.mask[b], one.mask[0])

@@ -2,8 +2,12 @@
 
 Pipeline (each step resumable, each a module):
 
-    data.py     offline prompt set -> the teacher's own greedy answers (batched generation) -> fp16 shards of
-                per-token teacher features (aux hidden low|mid|high) and top-k teacher logits
+    prompts.py  the offline prompt set: nine categories of conversations, some with a second turn
+                (word lists in prompt_words.py), deduplicated, never an evaluation turn
+    batch_greedy.py  the teacher's own greedy answers, B slots refilled continuously (topk_teacher.py: greedy
+                token, top-k and features computed in the graph)
+    data.py     fp16 shards of per-token teacher features (aux hidden low|mid|high) and top-k teacher logits,
+                the manifest, the resumable generation run and its CLI
     vocab.py    draft vocabulary: the N most frequent teacher output tokens -> d2t offsets, t2d mask
     ttt.py      the training forward and the training-time-test (TTT) objective
     trainer.py  AdamW + warm-up + clipping, checkpoints, resume, held-out acc_k / simulated tau;

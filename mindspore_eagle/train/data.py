@@ -1,14 +1,9 @@
-"""Training data for a draft head: an offline prompt set and the teacher's own greedy answers, as feature shards.
+"""Training data for a draft head: the teacher's own greedy answers to an offline prompt set, as feature shards.
 
 EAGLE's key lesson: a head must learn what *this* teacher outputs, so every answer is regenerated here by our
-teacher (greedy, batched, static cache). Nothing is downloaded; prompts come from
-
-* the Python standard library's docstrings ("Explain what ``json.dumps`` does", "Write an example using ..."),
-* passages of those docstrings to summarise or continue,
-* templated coding tasks ("Write a Python function that ...") and general instruction templates.
-
-Evaluation turns (MT-Bench questions, HumanEval prompts) are never a source; ``tests/test_train_overlap.py``
-checks exact and near-duplicate overlap. Each prompt has a stable id (SHA-1 of its text, ``prompt_id``).
+teacher (greedy). The prompt set is ``train.prompts`` (nine categories, some conversations with a second
+turn asked after the teacher's own first answer); generation is ``train.batch_greedy`` (continuous batching,
+top-k in the graph). Evaluation turns are never a source (``tests/test_train_overlap.py``).
 
 Shards (``shard_XXXXX.npz`` in ``out_dir``, written atomically, then listed in ``manifest.jsonl``). For
 sequence j with ``N_j`` tokens (prompt of ``P_j`` plus answer) the shard concatenates over sequences:
@@ -17,181 +12,48 @@ sequence j with ``N_j`` tokens (prompt of ``P_j`` plus answer) the shard concate
     features    float16 [sum (N_j-1), 3H]  teacher aux hidden at positions 0..N_j-2 (the last token is never fed)
     topk_ids    int32   [sum (N_j-1), k]   teacher's top-k next-token ids at those positions (descending)
     topk_logits float16 [sum (N_j-1), k]
-    lengths, prompt_lens int32 [n_seq];  ids: the prompt ids (str)
+    lengths, prompt_lens int32 [n_seq];  ids: the sequence ids (str)
+    starts int32 [n_seq]: position of the sequence's first token in its conversation (0 for a first turn; a
+        second turn stores only the rows from its first new position on);  turns int32 [n_seq];
+        categories: str [n_seq]
 
 Logits at position p score token p + 1, so ``topk_ids[p, 0] == tokens[p + 1]`` on every answer position (greedy).
-Storing top-k (default 32) instead of the 49k-wide logits keeps a token at ~3.6 KB; the soft target is the
-softmax over the top-k entries that lie in the draft vocabulary (the mass outside the top-k is negligible
-for a greedy teacher's distribution and is dropped).
+Storing top-k (default 32) instead of the 49k-wide logits keeps a token at ~3.6 KB (``bytes_per_token``); the
+soft target is the softmax over the top-k entries that lie in the draft vocabulary.
 
-Resume: a prompt listed in the manifest is never regenerated; an interrupted batch is redone.
+Sequence ids: a first turn is its conversation id (``prompts.prompt_id``), a later turn ``{id}-t{k}``
+(``batch_greedy.turn_pid``); ``conversation_id`` maps back, so a held-out split by conversation keeps both
+turns together. Resume: a conversation listed in the manifest is never regenerated; one in flight when the run
+stops is redone.
 """
 
 from __future__ import annotations
 
-import builtins
+import contextlib
 import glob
-import hashlib
-import importlib
-import inspect
 import json
 import os
-import random
-import re
+import signal
 import sys
 import time
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..tree.inputs import ForwardInputs
-from ..tree.mask import additive_from_bool
-
 MANIFEST = "manifest.jsonl"
-PROMPTS_FILE = "prompts.jsonl"
-
-# Standard-library modules used as the source of docstrings (pure-Python, present everywhere, no side effects).
-STDLIB_MODULES = (
-    "abc argparse array base64 bisect calendar collections colorsys contextlib copy csv dataclasses datetime "
-    "decimal difflib enum fnmatch fractions functools getopt glob gzip hashlib heapq hmac html inspect io "
-    "ipaddress itertools json keyword linecache locale logging math mimetypes numbers operator os pathlib "
-    "pickle pprint queue random re sched secrets shlex shutil signal socket sqlite3 statistics string struct "
-    "subprocess tempfile textwrap threading time timeit tokenize traceback types typing unicodedata urllib.parse "
-    "uuid warnings weakref zipfile zlib"
-).split()
-
-CODING_TASKS = (
-    "reverses the words in a sentence", "checks whether a string is a palindrome", "counts the vowels in a string",
-    "returns the n-th Fibonacci number", "merges two sorted lists", "removes duplicates from a list while keeping order",
-    "flattens a nested list", "computes the factorial of a number", "finds the largest element in a list",
-    "checks whether a number is prime", "converts Celsius to Fahrenheit", "computes the greatest common divisor",
-    "counts word frequencies in a text", "transposes a matrix given as a list of lists", "rotates a list by k places",
-    "validates an email address with a regular expression", "parses a CSV line into fields",
-    "computes the mean and median of a list", "finds all anagrams of a word in a list", "implements binary search",
-    "sorts a list of dictionaries by a key", "chunks a list into pieces of size n", "computes the running sum",
-    "converts a Roman numeral to an integer", "converts an integer to binary without bin()",
-    "checks whether brackets in a string are balanced", "returns the intersection of two lists",
-    "capitalises the first letter of every word", "computes the dot product of two vectors",
-    "reads a JSON file and returns a dictionary", "writes a list of rows to a CSV file", "implements a stack class",
-    "implements a queue with two stacks", "computes the edit distance between two strings",
-    "generates all permutations of a string", "generates all subsets of a list", "finds the longest common prefix",
-    "counts the lines in a file", "finds the second largest number", "checks whether two strings are anagrams",
-    "computes the power set size", "converts a dictionary to a list of tuples", "groups words by their first letter",
-    "implements bubble sort", "implements quicksort", "implements merge sort", "finds the mode of a list",
-    "computes the sum of digits of an integer", "checks whether a year is a leap year", "returns prime factors",
-    "computes compound interest", "replaces all vowels with an asterisk", "finds missing numbers in a range",
-    "zips two lists into a dictionary", "computes the area of a circle", "splits a string on several delimiters",
-    "caches results of an expensive function", "measures the run time of a function with a decorator",
-    "implements a linked list with append and remove", "computes the cumulative product of a list",
-)
-
-TOPICS = (
-    "photosynthesis", "the water cycle", "how a compiler works", "recursion", "the French Revolution",
-    "black holes", "machine learning", "the immune system", "climate change", "plate tectonics", "inflation",
-    "the internet", "vaccines", "democracy", "renewable energy", "the Roman Empire", "DNA", "gravity",
-    "supply and demand", "operating systems", "public key cryptography", "the printing press", "volcanoes",
-    "sleep", "exercise", "time management", "healthy eating", "learning a new language", "version control",
-    "databases", "unit testing", "electric cars", "the moon landing", "bees", "coral reefs", "earthquakes",
-    "the stock market", "solar panels", "rainbows", "music theory", "chess openings", "coffee", "bread baking",
-    "cloud computing", "hash tables", "sorting algorithms", "the scientific method", "memory in the brain",
-)
-
-GENERAL_TEMPLATES = (
-    "Explain {t} to a ten-year-old.", "Write a short paragraph about {t}.", "What are three facts about {t}?",
-    "Give me a brief overview of {t}.", "List the pros and cons of {t}.", "Why is {t} important?",
-    "Write a haiku about {t}.", "Summarise the key ideas of {t} in a few sentences.",
-)
-
-DOC_TEMPLATES = (
-    "Explain what `{name}` does in Python.", "Write a short example that uses `{name}`.",
-    "When would I use `{name}` in Python?", "Describe the arguments of `{name}`.",
-)
-
-PASSAGE_TEMPLATES = (
-    "Summarise the following documentation:\n\n{p}", "Explain this passage in simpler words:\n\n{p}",
-    "Continue the following text:\n\n{p}",
-)
+CONVERSATIONS_FILE = "conversations.jsonl"
 
 
-def normalise(text: str) -> str:
-    """Lower-case, punctuation-free, whitespace-collapsed text: the key for near-duplicate checks."""
-    return " ".join(re.sub(r"[^0-9a-z]+", " ", text.lower()).split())
+def conversation_id(pid: str) -> str:
+    """The conversation of a sequence id: ``"ab12-t2" -> "ab12"``, ``"ab12" -> "ab12"``."""
+    return pid.split("-t", 1)[0]
 
 
-def prompt_id(text: str) -> str:
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
+def bytes_per_token(hidden_size: int, topk: int) -> int:
+    """Stored bytes per sequence position: fp16 features (3 taps), int32 top-k ids, fp16 top-k logits, the token."""
+    return 3 * hidden_size * 2 + topk * (4 + 2) + 4
 
 
-def _public_callables(mod) -> list[tuple[str, str]]:
-    out = []
-    for name in sorted(getattr(mod, "__all__", None) or dir(mod)):
-        if name.startswith("_"):
-            continue
-        obj = getattr(mod, name, None)
-        if (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.isbuiltin(obj)) and inspect.getdoc(obj):
-            out.append((f"{mod.__name__}.{name}", inspect.getdoc(obj)))
-    return out
-
-
-def _passages(doc: str, max_chars: int = 400) -> list[str]:
-    paras = [p.strip() for p in doc.split("\n\n") if len(p.strip()) > 120]
-    return [p[:max_chars] for p in paras]
-
-
-def build_prompts(seed: int = 0) -> list[dict]:
-    """The full deterministic prompt set: dicts ``{id, source, text}``, unique by normalised text."""
-    rng = random.Random(seed)
-    items: list[tuple[str, str]] = []
-    names, passages = [], []
-    for modname in STDLIB_MODULES:
-        try:
-            mod = importlib.import_module(modname)
-        except ImportError:
-            continue
-        if inspect.getdoc(mod):
-            passages += _passages(inspect.getdoc(mod))
-        for name, doc in _public_callables(mod):
-            names.append(name)
-            passages += _passages(doc)
-    for name in [n for n in dir(builtins) if not n.startswith("_")]:
-        if inspect.getdoc(getattr(builtins, name)) and callable(getattr(builtins, name)):
-            names.append(name)
-    for name in names:
-        items.append(("stdlib_doc", rng.choice(DOC_TEMPLATES).format(name=name)))
-    for p in passages:
-        items.append(("passage", rng.choice(PASSAGE_TEMPLATES).format(p=p)))
-    for task in CODING_TASKS:
-        items.append(("coding", f"Write a Python function that {task}."))
-        items.append(("coding", f"Write a Python function that {task}, with a docstring and a short test."))
-    for topic in TOPICS:
-        for tmpl in rng.sample(GENERAL_TEMPLATES, 3):
-            items.append(("general", tmpl.format(t=topic)))
-    seen, out = set(), []
-    for source, text in items:
-        key = normalise(text)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append({"id": prompt_id(text), "source": source, "text": text})
-    rng.shuffle(out)
-    return out
-
-
-def select_prompts(prompts: list[dict], n: int) -> list[dict]:
-    """``n`` prompts mixing the sources round-robin (the set is shuffled, so this is a stable sample)."""
-    by_source: dict[str, list[dict]] = {}
-    for p in prompts:
-        by_source.setdefault(p["source"], []).append(p)
-    order, out = sorted(by_source), []
-    while len(out) < min(n, len(prompts)):
-        for s in order:
-            if by_source[s] and len(out) < n:
-                out.append(by_source[s].pop(0))
-    return out
-
-
-# ---- batched greedy generation ----------------------------------------------------------------------
 @dataclass
 class Sequence_:
     """One generated sequence with what training needs (see the module docstring for shapes)."""
@@ -204,104 +66,21 @@ class Sequence_:
     topk_logits: np.ndarray  # [N-1, k] fp16
 
 
-def _topk(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row-wise top-k of ``[..., V]``, descending: (ids int32, values fp16)."""
-    idx = np.argpartition(-logits, k - 1, axis=-1)[..., :k]
-    vals = np.take_along_axis(logits, idx, -1)
-    order = np.argsort(-vals, axis=-1, kind="stable")
-    return np.take_along_axis(idx, order, -1).astype(np.int32), np.take_along_axis(vals, order, -1).astype(np.float16)
-
-
-def batch_visibility(rows: np.ndarray, max_len: int) -> np.ndarray:
-    """Additive ``[B, 1, T, max_len]`` for queries at cache rows ``rows [B, T]``: each sees rows ``<=`` its own.
-
-    Example: rows [[3]] (one decode token at row 3) -> columns 0..3 visible, 4.. masked.
-    """
-    cols = np.arange(max_len)[None, None, :]
-    return additive_from_bool(cols <= rows[:, :, None])[:, None]
-
-
-def generate_batch(teacher, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos_ids: Iterable[int],
-                   topk: int = 32) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-    """Greedy answers for up to ``teacher.runtime.batch_size`` prompts at once (short batches are padded).
-
-    Prefill: all prompts left-aligned, run in chunks over ``max(P_b)`` positions; sequence b's positions
-    beyond its own length are padding whose rows are later overwritten by its own decode writes before any
-    of its queries can see them (a query at row r sees rows <= r, and rows are written in order).
-    Decode: one token per sequence per step at its own row ``L_b``; finished sequences idle on their last row.
-    Returns per prompt ``(tokens [N], features [N-1, 3H], topk_ids, topk_logits)``.
-    """
-    B, rt, eos = teacher.runtime.batch_size, teacher.runtime, set(int(e) for e in eos_ids)
-    n = len(prompts)
-    if not 1 <= n <= B:
-        raise ValueError(f"generate_batch: {n} prompts for a teacher of batch_size {B} (pass 1..{B})")
-    plist = [list(map(int, p)) for p in prompts] + [[0]] * (B - n)
-    lens = np.array([len(p) for p in plist])
-    pmax = int(lens.max())
-    if pmax + max_new_tokens + rt.prefill_chunk > teacher.max_len:
-        raise ValueError(f"prompt of {pmax} tokens + {max_new_tokens} new tokens do not fit max_cache_len="
-                         f"{teacher.max_len}")
-    ids = np.zeros((B, pmax), np.int64)
-    for b, p in enumerate(plist):
-        ids[b, :len(p)] = p
-    feats = [[] for _ in range(B)]
-    tk_ids = [[] for _ in range(B)]
-    tk_val = [[] for _ in range(B)]
-    first = np.zeros(B, np.int64)
-    off = 0
-    while off < pmax:
-        size = min(pmax - off, rt.prefill_chunk)
-        out = teacher.forward(ForwardInputs.for_chains(ids[:, off:off + size], off, rt.buckets.fit(size),
-                                                       teacher.max_len))
-        ti, tv = _topk(out.logits, topk)
-        for b in range(B):
-            real = max(0, min(size, lens[b] - off))
-            feats[b].append(out.aux_hidden[b, :real].astype(np.float16))
-            tk_ids[b].append(ti[b, :real])
-            tk_val[b].append(tv[b, :real])
-            if off <= lens[b] - 1 < off + size:
-                first[b] = ti[b, lens[b] - 1 - off, 0]
-        off += size
-    answers = [[int(first[b])] for b in range(B)]
-    done = np.array([first[b] in eos or b >= n for b in range(B)])
-    L = lens.copy()  # row of the next token to feed, per sequence
-    while not done.all():
-        tok = np.array([[a[-1]] for a in answers], np.int64)
-        rows = L[:, None].astype(np.int32)  # each sequence decodes at its own row (= position)
-        out = teacher.forward(ForwardInputs(tok.astype(np.int32), rows, rows, batch_visibility(rows, teacher.max_len), 1))
-        ti, tv = _topk(out.logits[:, 0], topk)
-        for b in range(B):
-            if done[b]:
-                continue
-            feats[b].append(out.aux_hidden[b, :1].astype(np.float16))
-            tk_ids[b].append(ti[b:b + 1])
-            tk_val[b].append(tv[b:b + 1])
-            L[b] += 1
-            nxt = int(ti[b, 0])
-            answers[b].append(nxt)
-            if nxt in eos or len(answers[b]) >= max_new_tokens:
-                done[b] = True
-    result = []
-    for b in range(n):
-        tokens = np.array(plist[b] + answers[b], np.int32)
-        f = np.concatenate(feats[b])
-        result.append((tokens, f, np.concatenate(tk_ids[b]), np.concatenate(tk_val[b])))
-        assert f.shape[0] == tokens.shape[0] - 1, (f.shape, tokens.shape)
-    return result
-
-
 # ---- shards --------------------------------------------------------------------------------------------
-def write_shard(out_dir: str, index: int, seqs: list[Sequence_]) -> str:
+def write_shard(out_dir: str, index: int, seqs: list[Sequence_], starts: list[int] | None = None,
+                turns: list[int] | None = None, categories: list[str] | None = None) -> str:
     """Write one shard atomically (tmp file + rename); returns its path."""
     path = os.path.join(out_dir, f"shard_{index:05d}.npz")
     tmp = path + ".tmp.npz"
+    n = len(seqs)
     np.savez(tmp, tokens=np.concatenate([s.tokens for s in seqs]),
              features=np.concatenate([s.features for s in seqs]),
              topk_ids=np.concatenate([s.topk_ids for s in seqs]),
              topk_logits=np.concatenate([s.topk_logits for s in seqs]),
              lengths=np.array([len(s.tokens) for s in seqs], np.int32),
              prompt_lens=np.array([s.prompt_len for s in seqs], np.int32),
-             ids=np.array([s.pid for s in seqs]))
+             ids=np.array([s.pid for s in seqs]), starts=np.array(starts or [0] * n, np.int32),
+             turns=np.array(turns or [0] * n, np.int32), categories=np.array(categories or [""] * n))
     os.replace(tmp, path)
     return path
 
@@ -335,66 +114,166 @@ def load_sequences(data_dir: str) -> list[Sequence_]:
     return out
 
 
-def _progress(done: int, total: int, t0: float, tokens: int, extra: str = "") -> None:
-    el = time.time() - t0
-    rate = tokens / el if el > 0 else 0.0
-    bar = "#" * int(30 * done / max(total, 1))
-    print(f"\r[{bar:<30}] {done}/{total} prompts  {tokens} tok  {rate:.1f} tok/s  {el / 60:.1f} min {extra}",
-          end="", file=sys.stderr, flush=True)
+class _Progress:
+    """A progress line on stderr every ``every_s`` seconds: conversations, answer tokens, rate, ETA."""
+
+    def __init__(self, total: int, done: int, every_s: float = 5.0):
+        self.total, self.done0, self.every_s = total, done, every_s
+        self.t0 = self.last = time.time()
+
+    def __call__(self, done: int, tokens: int, force: bool = False) -> None:
+        now = time.time()
+        if not force and now - self.last < self.every_s:
+            return
+        self.last = now
+        el = now - self.t0
+        new = done - self.done0
+        rate = tokens / el if el > 0 else 0.0
+        eta = (self.total - done) * el / new / 3600 if new > 0 else float("nan")
+        bar = "#" * int(30 * done / max(self.total, 1))
+        print(f"\r[{bar:<30}] {done}/{self.total} conversations  {tokens} answer tok  {rate:.1f} tok/s  "
+              f"{el / 60:.1f} min  ETA {eta:.2f} h ", end="", file=sys.stderr, flush=True)
 
 
-def generate_dataset(model_dir: str, out_dir: str, num_prompts: int, batch_size: int = 16,
-                     max_new_tokens: int = 128, max_prompt_tokens: int = 128, topk: int = 32,
-                     seed: int = 0, time_limit_s: float | None = None) -> int:
-    """Generate (or resume) the dataset; returns the number of finished sequences."""
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """Inside the block SIGTERM ends the run like Ctrl-C (the shard buffer is flushed, only the conversations in
+    flight are lost); the previous handler is restored after it. A no-op outside the main thread."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def generate_dataset(model_dir: str, out_dir: str, num_conversations: int | None = None, batch_size: int = 128,
+                     max_new_tokens: int = 192, max_prompt_tokens: int = 160, topk: int = 32, seed: int = 0,
+                     time_limit_s: float | None = None, per_category: int = 2500, second_turns: bool = True,
+                     block: int = 2048, followup_tokens: int = 64) -> int:
+    """Generate (or resume) the dataset of the training prompt set; returns the finished conversations in
+    ``out_dir``. First turns longer than ``max_prompt_tokens`` are left out. Single-turn conversations run on a
+    cache of ``max_prompt_tokens + max_new_tokens + 1`` rows, two-turn ones on ``max_new_tokens +
+    followup_tokens`` rows more (the step cost grows with the cache, so the short ones do not pay for the long)."""
+    from ..tokenizer import load_tokenizer
+    from .prompts import as_items, build_conversations
+
+    os.makedirs(out_dir, exist_ok=True)
+    tok = load_tokenizer(model_dir)
+    convs = build_conversations(per_category, seed, 0.5 if second_turns else 0.0)[:num_conversations]
+    tmp = os.path.join(out_dir, CONVERSATIONS_FILE) + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for c in convs:
+            f.write(json.dumps(c) + "\n")
+    os.replace(tmp, os.path.join(out_dir, CONVERSATIONS_FILE))
+    finished = finished_conversations(out_dir)
+    items, too_long = [], 0
+    for item in as_items(convs):
+        if item.id in finished:
+            continue
+        if len(tok.encode_chat([{"role": "user", "content": item.turns[0]}])) <= max_prompt_tokens:
+            items.append(item)
+        else:
+            too_long += 1
+    if too_long:
+        print(f"{too_long} conversations left out: first turn longer than {max_prompt_tokens} tokens", file=sys.stderr)
+    rows_one = max_prompt_tokens + max_new_tokens + 1
+    run_generation(model_dir, out_dir, items, tok, batch_size, max_new_tokens, topk, time_limit_s, block,
+                   (rows_one, rows_one + max_new_tokens + followup_tokens))
+    return len(finished_conversations(out_dir))
+
+
+def finished_conversations(out_dir: str) -> set[str]:
+    return {conversation_id(pid) for rec in read_manifest(out_dir) for pid in rec["ids"]}
+
+
+def run_generation(model_dir: str, out_dir: str, items: list, tokenizer, batch_size: int, max_new_tokens: int,
+                   topk: int, time_limit_s: float | None, block: int, cache_rows: tuple[int, int]) -> None:
+    """Generate ``items`` (``EvalItem`` conversations, none of them finished yet) into shards of ``out_dir``.
+
+    Blocks of ``block`` conversations (so every category and both kinds progress together); in each,
+    single-turn conversations on a cache of ``cache_rows[0]`` rows, then longer ones on ``cache_rows[1]``
+    (at most two teachers for the run). A shard is written every ``batch_size // 4`` finished conversations
+    and when the run stops (time limit, Ctrl-C, SIGTERM), so an interruption loses the conversations in flight.
+    """
     from ..config import RuntimeConfig
     from ..teacher import Teacher
-    from ..tokenizer import load_tokenizer
+    from .batch_greedy import BatchGreedyGenerator
 
     os.makedirs(out_dir, exist_ok=True)
     for stale in glob.glob(os.path.join(out_dir, "*.tmp.npz")):
         os.remove(stale)
-    tok = load_tokenizer(model_dir)
-    prompts = select_prompts(build_prompts(seed), num_prompts)
-    with open(os.path.join(out_dir, PROMPTS_FILE) + ".tmp", "w", encoding="utf-8") as f:
-        for p in prompts:
-            f.write(json.dumps(p) + "\n")
-    os.replace(os.path.join(out_dir, PROMPTS_FILE) + ".tmp", os.path.join(out_dir, PROMPTS_FILE))
     manifest = read_manifest(out_dir)
-    finished = {pid for rec in manifest for pid in rec["ids"]}
-    todo = []
-    for p in prompts:
-        if p["id"] in finished:
-            continue
-        ids = tok.encode_chat([{"role": "user", "content": p["text"]}])
-        if len(ids) <= max_prompt_tokens:
-            todo.append((p["id"], ids))
-    todo.sort(key=lambda x: len(x[1]))  # similar lengths per batch: less prefill padding ...
-    batches = [todo[i:i + batch_size] for i in range(0, len(todo), batch_size)]
-    random.Random(seed).shuffle(batches)  # ... but every source early on, so a time limit keeps the mix
-    max_len = max_prompt_tokens + max_new_tokens + 64
-    teacher = Teacher.load(model_dir, RuntimeConfig(max_cache_len=max_len, batch_size=batch_size,
-                                                    buckets=(1, 8, 16, 32, 64), prefill_chunk=64))
-    t0, n_tok = time.time(), 0
-    shard = len(manifest)
-    done = len(finished)
-    total = done + len(todo)
-    for chunk in batches:
-        if time_limit_s is not None and time.time() - t0 > time_limit_s:
-            print(f"\ntime limit {time_limit_s:.0f}s reached; rerun to resume", file=sys.stderr)
-            break
-        outs = generate_batch(teacher, [c[1] for c in chunk], max_new_tokens, tok.eos_token_ids, topk)
-        seqs = [Sequence_(pid, t, len(ids), f, i, v) for (pid, ids), (t, f, i, v) in zip(chunk, outs)]
-        name = os.path.basename(write_shard(out_dir, shard, seqs))
+    done0 = len(finished_conversations(out_dir))
+    state = {"shard": len(manifest), "done": done0, "tokens": 0, "buffer": []}
+    progress = _Progress(done0 + len(items), done0)
+    flush_every = max(1, batch_size // 4)
+    eos = tokenizer.eos_token_ids if tokenizer is not None else ()
+
+    def flush() -> None:
+        buf = state["buffer"]
+        if not buf:
+            return
+        seqs = [s for f in buf for s in f.sequences]
+        name = os.path.basename(write_shard(
+            out_dir, state["shard"], seqs, [st for f in buf for st in f.starts],
+            [k for f in buf for k in range(len(f.sequences))], [f.item.category for f in buf for _ in f.sequences]))
+        rec = {"shard": name, "ids": [f.item.id for f in buf], "sequences": len(seqs),
+               "tokens": int(sum(len(s.tokens) for s in seqs)),
+               "answer_tokens": int(sum(len(s.tokens) - s.prompt_len for s in seqs)),
+               "skipped_turns": int(sum(f.skipped_turns for f in buf))}
         with open(os.path.join(out_dir, MANIFEST), "a", encoding="utf-8") as f:
-            f.write(json.dumps({"shard": name, "ids": [s.pid for s in seqs],
-                                "tokens": int(sum(len(s.tokens) for s in seqs))}) + "\n")
-        shard += 1
-        done += len(seqs)
-        n_tok += sum(len(s.tokens) - s.prompt_len for s in seqs)
-        _progress(done, total, t0, n_tok)
-    print(file=sys.stderr)
-    return len({pid for rec in read_manifest(out_dir) for pid in rec["ids"]})
+            f.write(json.dumps(rec) + "\n")
+        state["shard"] += 1
+        state["done"] += len(buf)
+        state["buffer"] = []
+
+    def on_finished(f) -> None:
+        state["buffer"].append(f)
+        state["tokens"] += sum(len(a) for a in f.answers)
+        if len(state["buffer"]) >= flush_every:
+            flush()
+        progress(state["done"] + len(state["buffer"]), state["tokens"])
+
+    t0 = time.time()
+
+    def over(_=None) -> bool:
+        return time_limit_s is not None and time.time() - t0 > time_limit_s
+
+    generators: dict[int, object] = {}
+
+    def generator(rows: int):
+        """One teacher per cache size for the whole run: MindSpore does not free a teacher's weights when it is
+        dropped (measured: +0.6 GB per Teacher.load of the default model), so teachers are never rebuilt."""
+        if rows not in generators:
+            teacher = Teacher.load(model_dir, RuntimeConfig(max_cache_len=rows, batch_size=batch_size, buckets=(1,),
+                                                            prefill_chunk=1))
+            generators[rows] = BatchGreedyGenerator(teacher, max_new_tokens, eos, topk, tokenizer)
+        return generators[rows]
+
+    try:
+        with _sigterm_as_interrupt():
+            for i in range(0, len(items), block):
+                chunk = items[i:i + block]
+                for rows, group in ((cache_rows[0], [c for c in chunk if c.num_turns == 1]),
+                                    (cache_rows[1], [c for c in chunk if c.num_turns > 1])):
+                    if group and not over():
+                        generator(rows).run(group, on_finished, should_stop=over)
+        if over():
+            print(f"\ntime limit {time_limit_s:.0f}s reached; rerun to resume", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("\ninterrupted; rerun to resume", file=sys.stderr)
+        raise
+    finally:
+        flush()
+        progress(state["done"], state["tokens"], force=True)
+        print(file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -404,17 +283,23 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description="Generate teacher answers + features for draft-head training")
     ap.add_argument("--teacher", default=None, help="converted teacher dir (default: the default teacher)")
-    ap.add_argument("--out", default=os.path.join(home(), "train_data", "smollm2-135m"))
-    ap.add_argument("--num-prompts", type=int, default=600)
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--max-prompt-tokens", type=int, default=128)
+    ap.add_argument("--out", default=os.path.join(home(), "train_data", "smollm2-135m-chat"))
+    ap.add_argument("--num-conversations", type=int, default=None, help="first N of the set (default: all)")
+    ap.add_argument("--per-category", type=int, default=2500, help="conversations per category in the set")
+    ap.add_argument("--no-second-turns", action="store_true")
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--max-new-tokens", type=int, default=192)
+    ap.add_argument("--max-prompt-tokens", type=int, default=160)
     ap.add_argument("--topk", type=int, default=32)
     ap.add_argument("--time-limit", type=float, default=None, help="stop (resumably) after this many seconds")
     a = ap.parse_args(argv)
-    n = generate_dataset(a.teacher or default_model_dir(), a.out, a.num_prompts, a.batch_size, a.max_new_tokens,
-                         a.max_prompt_tokens, a.topk, time_limit_s=a.time_limit)
-    print(f"{n} sequences in {a.out}")
+    try:
+        n = generate_dataset(a.teacher or default_model_dir(), a.out, a.num_conversations, a.batch_size,
+                             a.max_new_tokens, a.max_prompt_tokens, a.topk, time_limit_s=a.time_limit,
+                             per_category=a.per_category, second_turns=not a.no_second_turns)
+    except KeyboardInterrupt:
+        return 130
+    print(f"{n} conversations in {a.out}")
     return 0
 
 

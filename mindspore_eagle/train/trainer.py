@@ -28,7 +28,7 @@ import numpy as np
 from ..atomic import check_output_dir
 from ..checkpoint import load_tensors, save_tensors, tensor_shapes
 from ..errors import CheckpointError, ConfigError
-from .data import Sequence_, load_sequences
+from .data import Sequence_, conversation_id, load_sequences
 from .ttt import TTTLoss, pack_batch, simulated_tau
 from .vocab import DraftVocab, build_draft_vocab, count_tokens, coverage
 
@@ -39,7 +39,9 @@ BEST_FILE = "best.safetensors"  # the head with the best held-out simulated tau,
 
 
 def heldout(pid: str, fraction: float) -> bool:
-    return int(hashlib.sha1(pid.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < fraction
+    """Whether a sequence is held out: by its conversation (``data.conversation_id``), so both turns of a
+    conversation fall on the same side of the split."""
+    return int(hashlib.sha1(conversation_id(pid).encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < fraction
 
 
 def make_batches(seqs: list[Sequence_], buckets: tuple[int, ...], tokens_per_batch: int, rng: np.random.Generator,

@@ -54,20 +54,5 @@ class ForwardInputs:
         mask = tree_attention_mask(padded, committed_len, cache_len)
         return cls(ids, positions, rows, mask, n)
 
-    @classmethod
-    def for_chains(cls, ids: np.ndarray, committed_len: int, bucket: int, cache_len: int) -> "ForwardInputs":
-        """A batch of chains ``ids [B, T]`` all starting at committed length ``L`` (batched prefill): every sequence
-        gets the positions, rows and mask of ``for_tree(TreeLayout.chain(...))``, and its own tokens."""
-        b, t = ids.shape
-        one = cls.for_tree(TreeLayout.chain(np.zeros(t, np.int64)), committed_len, bucket, cache_len)
-        padded_ids = np.zeros((b, bucket), np.int32)
-        padded_ids[:, :t] = ids
-        return cls(padded_ids, _tile(one.positions, b), _tile(one.rows, b), _tile(one.mask, b), t)
-
-
-def _tile(a: np.ndarray, batch: int) -> np.ndarray:
-    """``a [1, ...]`` repeated to ``[batch, ...]`` (a private copy)."""
-    return np.broadcast_to(a, (batch,) + a.shape[1:]).copy()
-
 
 __all__ = ["ForwardInputs"]

@@ -1,0 +1,91 @@
+"""The teacher forward that training-data generation needs: greedy token, top-k and features, all in the graph.
+
+Why a wrapper: the teacher Cell returns ``logits [B, T, vocab]`` (49k wide for SmolLM2). Copying them to the
+host and taking a numpy top-k there cost most of the old generator's time. ``TopKTeacher`` wraps the teacher
+Cell unchanged (same Parameters, same KV cache) and returns only what a training shard stores:
+
+    greedy       int32   [B, T]       argmax of the logits (the teacher's greedy next token)
+    topk_ids     int32   [B, T, k]    the k largest logits' ids, descending
+    topk_logits  float16 [B, T, k]    their values
+    aux_hidden   float16 [B, T, 3H]   the EAGLE-3 features (teacher taps low|mid|high)
+
+The argmax is its own op rather than ``topk_ids[..., 0]``: it is what ``verify.sample_token`` computes
+(``np.argmax``, the first of equal maxima), so a tie cannot make the data's greedy token differ from the
+engine's. ``GreedyTopK`` is the host side of one decode step: it builds the chain mask (each slot sees its
+own rows ``<=`` the row it writes) and turns the outputs into numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mindspore as ms
+import numpy as np
+from mindspore import Tensor, nn, ops
+
+from ..errors import CacheCapacityError, ConfigError
+from ..tree.mask import MASK_VALUE
+
+
+class TopKTeacher(nn.Cell):
+    """``construct(input_ids, positions, mask, cache_rows) -> (greedy, topk_ids, topk_logits, aux_hidden)``; inputs
+    exactly as the teacher Cell's (``models.pangu.PanguForCausalLM``), outputs as in the module docstring."""
+
+    def __init__(self, teacher_cell, k: int):
+        super().__init__(auto_prefix=False)  # the teacher's Parameters keep their names (checkpoints, the trainer)
+        self.teacher = teacher_cell
+        self.k = k
+        self.topk = ops.TopK(sorted=True)
+
+    def construct(self, input_ids, positions, mask, cache_rows):
+        logits, aux = self.teacher(input_ids, positions, mask, cache_rows)  # [B, T, V], [B, T, 3H]
+        values, ids = self.topk(logits, self.k)  # [B, T, k] each, descending
+        greedy = ops.cast(ops.argmax(logits, -1), ms.int32)  # [B, T]
+        return greedy, ops.cast(ids, ms.int32), ops.cast(values, ms.float16), ops.cast(aux, ms.float16)
+
+
+@dataclass(frozen=True)
+class StepOut:
+    """Numpy outputs of one decode step (one token per slot)."""
+
+    greedy: np.ndarray  # [B] int32
+    topk_ids: np.ndarray  # [B, k] int32
+    topk_logits: np.ndarray  # [B, k] float16
+    aux_hidden: np.ndarray  # [B, 3H] float16
+
+
+class GreedyTopK:
+    """One token per slot per call: slot ``b`` feeds ``ids[b]`` at position and cache row ``rows[b]``.
+
+    The cache is the teacher Cell's own (``[B, Hkv, max_len, D]``, ``teacher.runtime``); a row's K/V is
+    written by the call that feeds it, and the mask lets slot ``b`` see rows ``0..rows[b]`` only. Whatever a
+    slot wrote above ``rows[b]`` earlier (an older sequence) is invisible and overwritten in order.
+    """
+
+    def __init__(self, teacher, k: int):
+        if not 1 <= k <= teacher.cfg.vocab_size:
+            raise ConfigError(f"top-k={k}: must be in [1, vocab_size={teacher.cfg.vocab_size}]")
+        self.teacher = teacher
+        self.k = k
+        self.batch_size = teacher.runtime.batch_size
+        self.max_len = teacher.max_len
+        cell = TopKTeacher(teacher.cell, k)
+        self._fn = teacher.runtime.exec_mode.compile(cell)
+        self._cols = np.arange(self.max_len)[None, :]  # [1, S]
+
+    def step(self, ids: np.ndarray, rows: np.ndarray) -> StepOut:
+        """``ids, rows [B]`` int: the token each slot feeds and its row (= its position: a chain)."""
+        if ids.shape != (self.batch_size,) or rows.shape != (self.batch_size,):
+            raise ConfigError(f"GreedyTopK.step: ids {ids.shape} and rows {rows.shape} must both be "
+                              f"({self.batch_size},)")
+        if rows.min() < 0 or rows.max() >= self.max_len:
+            raise CacheCapacityError(f"cache rows {int(rows.min())}..{int(rows.max())} outside "
+                                     f"[0, max_cache_len={self.max_len})")
+        mask = np.where(self._cols <= rows[:, None], np.float32(0.0), MASK_VALUE)  # [B, S]
+        r = Tensor(rows.astype(np.int32)[:, None])  # [B, 1]
+        greedy, tk_ids, tk_val, aux = self._fn(Tensor(ids.astype(np.int32)[:, None]), r,
+                                               Tensor(mask[:, None, None, :]), r)
+        return StepOut(greedy.asnumpy()[:, 0], tk_ids.asnumpy()[:, 0], tk_val.asnumpy()[:, 0], aux.asnumpy()[:, 0])
+
+
+__all__ = ["GreedyTopK", "StepOut", "TopKTeacher"]
