@@ -83,7 +83,7 @@ def test_every_turn_equals_single_sequence_greedy(teachers, generated):
 
 def test_stored_topk_features_and_greedy_equal_one_full_forward(teachers, generated):
     """Each stored sequence against one B=1 forward of its whole conversation (an independent causal prefill)."""
-    from mindspore_eagle.tree.mask import causal_mask
+    from mindspore_eagle.tree import ForwardInputs, TreeLayout
 
     _, single = teachers
     items, eos, done, _ = generated
@@ -97,9 +97,7 @@ def test_stored_topk_features_and_greedy_equal_one_full_forward(teachers, genera
             assert list(seq.tokens) == full[start:] and seq.prompt_len == len(prompt) - start
             assert start == 0 if k == 0 else start > len(f.item.turns_ids[0])  # turn 2 stores its own rows only
             n = len(full) - 1
-            ids = np.array(full[:n])[None]
-            pos = np.arange(n)[None]
-            out = single.forward(ids, pos, pos, causal_mask(0, n, MAX_LEN), 64)
+            out = single.forward(ForwardInputs.for_tree(TreeLayout.chain(full[:n]), 0, 64, MAX_LEN))
             logits = out.logits[0, start:]  # [rows, V]
             order = np.argsort(-logits, axis=-1, kind="stable")[:, :K]
             ref_vals = np.take_along_axis(logits, order, -1)
@@ -164,7 +162,7 @@ def test_default_model_batched_turns_equal_single_sequence_greedy_and_full_topk(
     from mindspore_eagle.teacher import Teacher
     from mindspore_eagle.tokenizer import load_tokenizer
     from mindspore_eagle.train.batch_greedy import BatchGreedyGenerator
-    from mindspore_eagle.tree.mask import causal_mask
+    from mindspore_eagle.tree import ForwardInputs, TreeLayout
 
     d = default_model_or_skip()
     tok = load_tokenizer(d)
@@ -188,8 +186,7 @@ def test_default_model_batched_turns_equal_single_sequence_greedy_and_full_topk(
             answers.append(ref.tokens)
             seq, full = f.sequences[k], prompt + list(ref.tokens)
             n = len(full) - 1
-            pos = np.arange(n)[None]
-            out = single.forward(np.array(full[:n])[None], pos, pos, causal_mask(0, n, 256), 256)
+            out = single.forward(ForwardInputs.for_tree(TreeLayout.chain(full[:n]), 0, 256, 256))
             logits = out.logits[0, f.starts[k]:]
             ref_vals = -np.sort(-logits, axis=-1)[:, :K]
             np.testing.assert_allclose(seq.topk_logits.astype(np.float32), ref_vals, rtol=5e-3, atol=2e-2)
