@@ -17,6 +17,7 @@ import numpy as np
 from .checkpoint import CKPT_NAME, load_strict
 from .config import RuntimeConfig, TeacherConfig
 from .errors import CacheCapacityError, ConfigError
+from .kernels import MatmulChoice, check_packed, pack_weights
 from .models.pangu import PanguForCausalLM
 
 
@@ -47,11 +48,14 @@ class ForwardOut:
 class Teacher:
     """A teacher Cell bound to a runtime: ``forward`` takes numpy ids/positions/rows/mask and pads to a bucket."""
 
-    def __init__(self, cfg: TeacherConfig, runtime: RuntimeConfig, cell: PanguForCausalLM | None = None):
+    def __init__(self, cfg: TeacherConfig, runtime: RuntimeConfig, cell: PanguForCausalLM | None = None,
+                 matmul: MatmulChoice | None = None):
         setup_mindspore(runtime.device)
         self.cfg = cfg
         self.runtime = runtime
-        self.cell = cell if cell is not None else PanguForCausalLM(cfg, runtime.batch_size, runtime.max_cache_len)
+        self.cell = cell if cell is not None else PanguForCausalLM(cfg, runtime.batch_size, runtime.max_cache_len,
+                                                                   matmul)
+        self._packed_checked = False
         self._fn = self._compile()
         self.compile_seconds: dict[int, float] = {}
 
@@ -61,12 +65,15 @@ class Teacher:
         return ms.jit(self.cell) if self.runtime.exec_mode == "performance" else self.cell
 
     @classmethod
-    def load(cls, model_dir: str, runtime: RuntimeConfig | None = None) -> "Teacher":
-        """Load a converted model directory (``config.json`` + ``weights.safetensors``), strictly."""
+    def load(cls, model_dir: str, runtime: RuntimeConfig | None = None,
+             matmul: MatmulChoice | None = None) -> "Teacher":
+        """Load a converted model directory (``config.json`` + ``weights.safetensors``), strictly; ``matmul``
+        picks the Linear implementation (``kernels.select_matmul`` turns an unavailable one into a fallback)."""
         runtime = runtime or RuntimeConfig()
         cfg = TeacherConfig.load(model_dir)
-        teacher = cls(cfg, runtime)
+        teacher = cls(cfg, runtime, matmul=matmul)
         load_strict(teacher.cell.weight_parameters(), os.path.join(model_dir, CKPT_NAME))
+        pack_weights(teacher.cell)
         return teacher
 
     @property
@@ -112,6 +119,9 @@ class Teacher:
             rows = np.concatenate([rows, pad_rows], 1)
             pad_mask = np.zeros((b, 1, pad, self.max_len), np.float32)  # padding rows see everything: harmless
             mask = np.concatenate([mask, pad_mask], 2)
+        if not self._packed_checked:  # once: a custom kernel never packed would compute with NaN weights
+            check_packed(self.cell)
+            self._packed_checked = True
         start = time.perf_counter()
         logits, aux = self._fn(ms.Tensor(ids.astype(np.int32)), ms.Tensor(positions.astype(np.int32)),
                                ms.Tensor(mask.astype(np.float32)), ms.Tensor(rows.astype(np.int32)))
