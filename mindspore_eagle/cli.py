@@ -73,6 +73,9 @@ def cmd_setup(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     path = install_default_model(allow_download=True)
     print(f"default model ready at {path} ({time.perf_counter() - t0:.1f} s)")
+    from .kernels.build import setup_kernels
+
+    print(setup_kernels())
     return 0
 
 
