@@ -212,12 +212,12 @@ def test_build_is_keyed_by_flags_and_reports_failures_in_one_line(tmp_path, monk
     if loaded.library is not None:
         assert loaded.library.path == build.library_path() and loaded.library.path.startswith(build.kernels_dir())
     monkeypatch.setenv("MINDSPORE_EAGLE_HOME", str(tmp_path))
-    assert build.library_path() != build.library_path(flags=build.FLAGS + ("-DMSE_PREFETCH=8",))
+    assert build.library_path() != build.library_path(flags=build.FLAGS + ("-DMSE_TEST_KEY=1",))
     assert build.library_path().startswith(str(tmp_path / "kernels"))
     missing = build.build(cxx="no-such-compiler-xyz")
     assert missing.library is None and "not found" in missing.reason
     if loaded.library is None:
         pytest.skip(f"no working kernel build here: {loaded.reason}")
-    broken = build.build(flags=build.FLAGS + ("-DMSE_PREFETCH=(",))
+    broken = build.build(flags=build.FLAGS + ("-include/nonexistent/mse-missing.h",))
     assert broken.library is None and "failed" in broken.reason and "\n" not in broken.reason
     assert list((tmp_path / "kernels").iterdir()) == []  # neither a library nor a temporary file is left

@@ -55,6 +55,8 @@ class LinearKernel(nn.Cell):
 
     def __init__(self, in_features: int, out_features: int, dtype: str, bias: bool = False, transposed: bool = False):
         super().__init__()
+        if in_features < 1 or out_features < 1:
+            raise ConfigError(f"LinearKernel({in_features}, {out_features}): both sizes must be >= 1")
         status = kernel_status(dtype)
         if status.library is None:
             raise ConfigError(f"MatmulChoice(backend='custom', dtype={dtype!r}) cannot run here: {status.reason} "
