@@ -11,6 +11,7 @@ fp32). Tests skip only when the processor lacks the instructions; on one that ha
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import mindspore as ms
 import numpy as np
@@ -221,3 +222,60 @@ def test_build_is_keyed_by_flags_and_reports_failures_in_one_line(tmp_path, monk
     broken = build.build(flags=build.FLAGS + ("-include/nonexistent/mse-missing.h",))
     assert broken.library is None and "failed" in broken.reason and "\n" not in broken.reason
     assert list((tmp_path / "kernels").iterdir()) == []  # neither a library nor a temporary file is left
+
+
+_STRESS = r"""
+import ctypes, sys
+import numpy as np
+from mindspore_eagle.kernels.build import load
+from mindspore_eagle.kernels.layout import pack_bf16, pack_f32
+
+lib = ctypes.CDLL(load().library.path)
+out = {}
+rng = np.random.default_rng(0)
+for case, (m, k, n, dtype) in enumerate([(1, 576, 1536, "f32"), (16, 576, 192, "bf16"), (64, 1536, 576, "f32"),
+                                         (7, 77, 50, "bf16"), (128, 64, 4000, "f32"), (3, 576, 49152, "bf16")]):
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    packed = pack_f32(w) if dtype == "f32" else pack_bf16(w)
+    arrays = [x, packed, np.zeros((m, n), np.float32)]
+    ndims = (ctypes.c_int * 3)(*[a.ndim for a in arrays])
+    shapes = [(ctypes.c_int64 * a.ndim)(*a.shape) for a in arrays]
+    shape_ptrs = (ctypes.POINTER(ctypes.c_int64) * 3)(*[ctypes.cast(s, ctypes.POINTER(ctypes.c_int64)) for s in shapes])
+    names = [b"float32", b"float32" if dtype == "f32" else b"int16", b"float32"]
+    dtypes = (ctypes.c_char_p * 3)(*names)
+    params = (ctypes.c_void_p * 3)(*[a.ctypes.data for a in arrays])
+    fn = lib.MseLinearF32 if dtype == "f32" else lib.MseLinearBf16
+    for rep in range(30):  # many calls: the pool's claim / publish / take-over paths all run
+        arrays[2][:] = np.nan
+        assert fn(3, params, ndims, shape_ptrs, dtypes, None, None) == 0
+        if rep == 0:
+            first = arrays[2].copy()
+        assert np.array_equal(arrays[2].view(np.uint32), first.view(np.uint32)), (case, rep)
+    out[f"case{case}"] = first
+lib.MseKernelWorkerChunks.restype = ctypes.c_int64
+np.savez(sys.argv[1], threads=lib.MseKernelThreads(), worker_chunks=lib.MseKernelWorkerChunks(), **out)
+"""
+
+
+def test_results_do_not_depend_on_the_number_of_kernel_threads(tmp_path):
+    """1 thread vs 4 threads on 2 cores (workers preempted, waking late, claiming varying shares of chunks):
+    every output bit-identical, and identical across 30 repeated calls."""
+    import os
+    import subprocess
+    import sys
+
+    require_kernel("bfloat16")
+    results = {}
+    for threads in (1, 4):
+        root = str(Path(__file__).resolve().parents[1])
+        env = dict(os.environ, MSE_KERNEL_THREADS=str(threads), PYTHONPATH=root)
+        path = tmp_path / f"t{threads}.npz"
+        proc = subprocess.run([sys.executable, "-c", _STRESS, str(path)], env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        results[threads] = np.load(path)
+        assert int(results[threads]["threads"]) == threads
+    assert int(results[1]["worker_chunks"]) == 0 and int(results[4]["worker_chunks"]) > 0  # workers did compute
+    for name in [f for f in results[1].files if f.startswith("case")]:
+        assert not np.isnan(results[1][name]).any()
+        assert np.array_equal(results[1][name].view(np.uint32), results[4][name].view(np.uint32)), name

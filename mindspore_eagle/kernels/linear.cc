@@ -28,7 +28,8 @@
 //     MseLinearF32Bias   (x, P, bias f32 [N])                              -> y
 //     MseLinearBf16      (x f32 [M, K], Q int16 [np, K2, 32])              -> y f32 [M, N]
 //     MseLinearBf16Bias  (x, Q, bias f32 [N])                              -> y
-// N is read from the output shape. MseKernelFeatures() reports what the processor supports (for the loader).
+// N is read from the output shape. MseKernelFeatures() reports what the processor supports (for the loader);
+// MseKernelStats() the calls and wall time spent in the entry points (for benchmarks).
 //
 // Threading: MindSpore calls an AOT kernel on one thread, so the library runs its own small pool (the caller
 // plus MSE_KERNEL_THREADS - 1 workers, default: all online CPUs, at most 8) that takes column chunks from a
@@ -42,6 +43,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -86,16 +88,16 @@ MSE_AVX512 inline void store_partial(float* y, const float* bias, __mmask16 m, _
   _mm512_mask_storeu_ps(y, m, acc);
 }
 
-// fp32: x rows at x + i * ldx; panel p of the block at w + p * K * 16; pf: prefetch distance in rows. bias:
-// only on the last slab.
+// fp32: x rows at x + i * ldx; panel p of the block at w + p * K * 16; pf: prefetch distance in rows. y and bias
+// point at the block's first column (bias only on the last slab); valid: columns left from there.
 template <int RM, int RN>
 MSE_AVX512 void block_f32(const float* x, int64_t ldx, const float* w, int64_t K, int64_t k0, int64_t k1,
-                          int64_t pf, float* y, int64_t ldy, const float* bias, bool first, int64_t n0, int64_t N) {
+                          int64_t pf, float* y, int64_t ldy, const float* bias, bool first, int64_t valid) {
   __m512 acc[RM][RN];
   __mmask16 mask[RN];
-  for (int j = 0; j < RN; ++j) mask[j] = lane_mask(N - (n0 + j * kLanes));
+  for (int j = 0; j < RN; ++j) mask[j] = lane_mask(valid - j * kLanes);
   for (int i = 0; i < RM; ++i)
-    for (int j = 0; j < RN; ++j) acc[i][j] = load_partial(y + i * ldy + n0 + j * kLanes, first, mask[j]);
+    for (int j = 0; j < RN; ++j) acc[i][j] = load_partial(y + i * ldy + j * kLanes, first, mask[j]);
   const int64_t pstride = K * kLanes;
   for (int64_t k = k0; k < k1; ++k) {
     __m512 wv[RN];
@@ -110,7 +112,7 @@ MSE_AVX512 void block_f32(const float* x, int64_t ldx, const float* w, int64_t K
   }
   for (int i = 0; i < RM; ++i)
     for (int j = 0; j < RN; ++j)
-      store_partial(y + i * ldy + n0 + j * kLanes, bias ? bias + n0 + j * kLanes : nullptr, mask[j], acc[i][j]);
+      store_partial(y + i * ldy + j * kLanes, bias ? bias + j * kLanes : nullptr, mask[j], acc[i][j]);
 }
 
 // bf16: xq rows hold ceil(K/2) packed bf16 pairs (low half = even k); panel p at w + p * K2 * 32; [q0, q1) are
@@ -118,12 +120,12 @@ MSE_AVX512 void block_f32(const float* x, int64_t ldx, const float* w, int64_t K
 template <int RM, int RN>
 MSE_AVX512BF16 void block_bf16(const uint32_t* xq, int64_t ldx, const uint16_t* w, int64_t K2, int64_t q0,
                                int64_t q1, int64_t pf, float* y, int64_t ldy, const float* bias, bool first,
-                               int64_t n0, int64_t N) {
+                               int64_t valid) {
   __m512 acc[RM][RN];
   __mmask16 mask[RN];
-  for (int j = 0; j < RN; ++j) mask[j] = lane_mask(N - (n0 + j * kLanes));
+  for (int j = 0; j < RN; ++j) mask[j] = lane_mask(valid - j * kLanes);
   for (int i = 0; i < RM; ++i)
-    for (int j = 0; j < RN; ++j) acc[i][j] = load_partial(y + i * ldy + n0 + j * kLanes, first, mask[j]);
+    for (int j = 0; j < RN; ++j) acc[i][j] = load_partial(y + i * ldy + j * kLanes, first, mask[j]);
   const int64_t pstride = K2 * 2 * kLanes;
   for (int64_t q = q0; q < q1; ++q) {
     __m512bh wv[RN];
@@ -138,14 +140,14 @@ MSE_AVX512BF16 void block_bf16(const uint32_t* xq, int64_t ldx, const uint16_t* 
   }
   for (int i = 0; i < RM; ++i)
     for (int j = 0; j < RN; ++j)
-      store_partial(y + i * ldy + n0 + j * kLanes, bias ? bias + n0 + j * kLanes : nullptr, mask[j], acc[i][j]);
+      store_partial(y + i * ldy + j * kLanes, bias ? bias + j * kLanes : nullptr, mask[j], acc[i][j]);
 }
 
 // Dispatch tables over (RM, RN): index [RM - 1][RN - 1].
 using BlockF32 = void (*)(const float*, int64_t, const float*, int64_t, int64_t, int64_t, int64_t, float*,
-                          int64_t, const float*, bool, int64_t, int64_t);
+                          int64_t, const float*, bool, int64_t);
 using BlockBf16 = void (*)(const uint32_t*, int64_t, const uint16_t*, int64_t, int64_t, int64_t, int64_t, float*,
-                           int64_t, const float*, bool, int64_t, int64_t);
+                           int64_t, const float*, bool, int64_t);
 
 template <int RM, int... RNs>
 constexpr std::array<BlockF32, sizeof...(RNs)> row_f32(std::integer_sequence<int, RNs...>) {
@@ -185,40 +187,47 @@ struct Job {
   bool bf16;
 };
 
-void run_chunk(const Job& c, int64_t item) {
+// Computes chunk `item` into `out` (row 0, first column of the chunk; row stride ldo): y itself, or a worker's
+// private buffer.
+void run_chunk(const Job& c, int64_t item, float* out, int64_t ldo) {
   const int64_t p0 = item * c.chunk, p1 = std::min(c.np, p0 + c.chunk);
   const int64_t depth = c.bf16 ? c.K2 : c.K;  // reduction steps: pairs (bf16) or rows (fp32)
   const int64_t slab = slab_for_rows(c.M, depth), pf = slab < depth ? slab : kPrefetchRows;
   for (int64_t k0 = 0; k0 < depth; k0 += slab) {
     const int64_t k1 = std::min(depth, k0 + slab);
     const bool first = k0 == 0;
-    const float* bias = k1 == depth ? c.bias : nullptr;
+    const bool last = k1 == depth;
     for (int64_t m0 = 0; m0 < c.M; m0 += kMaxRM) {
       const int rm = (int)std::min<int64_t>(kMaxRM, c.M - m0);
       const int rn_max = panels_for_rows(rm);
       for (int64_t p = p0; p < p1; p += rn_max) {
         const int rn = (int)std::min<int64_t>(rn_max, p1 - p);
-        float* y = c.y + m0 * c.N;
         const int64_t n0 = p * kLanes;
+        float* y = out + m0 * ldo + (p - p0) * kLanes;
+        const float* bias = last && c.bias ? c.bias + n0 : nullptr;
         if (c.bf16) {
-          kBf16[rm - 1][rn - 1](c.xq + m0 * c.K2, c.K2, c.wb + p * c.K2 * 2 * kLanes, c.K2, k0, k1, pf, y, c.N,
-                                bias, first, n0, c.N);
+          kBf16[rm - 1][rn - 1](c.xq + m0 * c.K2, c.K2, c.wb + p * c.K2 * 2 * kLanes, c.K2, k0, k1, pf, y, ldo,
+                                bias, first, c.N - n0);
         } else {
-          kF32[rm - 1][rn - 1](c.x + m0 * c.K, c.K, c.wf + p * c.K * kLanes, c.K, k0, k1, pf, y, c.N, bias, first,
-                               n0, c.N);
+          kF32[rm - 1][rn - 1](c.x + m0 * c.K, c.K, c.wf + p * c.K * kLanes, c.K, k0, k1, pf, y, ldo, bias, first,
+                               c.N - n0);
         }
       }
     }
   }
 }
 
+void run_chunk_into_y(const Job& c, int64_t item) { run_chunk(c, item, c.y + item * c.chunk * kLanes, c.N); }
+
 // ---------------------------------------------------------------------------------------------------------
 // A tiny persistent thread pool. The caller posts a job and works on it too; workers spin briefly, then sleep
 // on a futex. Chunks are claimed from one atomic word tagged with the job's epoch,
 //     state = epoch << 40 | nchunks << 20 | next,
 // so a worker that wakes late (preempted by another process on a shared machine) finds the job finished or
-// replaced and claims nothing. The caller therefore never waits for a thread that has not started: it waits
-// only for chunks already claimed.
+// replaced and claims nothing: the caller never waits for a thread that has not started, only for chunks
+// already claimed. It does wait for those: a worker must not touch the call's buffers after it returned.
+// (Taking a claimed chunk over from a preempted worker would need every buffer it reads to outlive the call;
+// tried, and a late worker read a freed weight.)
 
 long futex(std::atomic<uint32_t>* addr, int op, uint32_t val) {
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, nullptr, nullptr, 0);
@@ -226,6 +235,8 @@ long futex(std::atomic<uint32_t>* addr, int op, uint32_t val) {
 
 class Pool {
  public:
+  static constexpr int64_t kMaxChunks = (1 << 20) - 1;
+
   static Pool& get() {
     static Pool* pool = new Pool();  // never destroyed: detached workers outlive static destructors
     return *pool;
@@ -233,12 +244,14 @@ class Pool {
 
   int threads() const { return (int)workers_.size() + 1; }
 
+  std::atomic<int64_t> worker_chunks{0};  // chunks computed by workers since the pool started
+
   // Runs every chunk of `job` and returns when all are done. A concurrent or re-entrant call runs its job on
   // the calling thread alone (same results: a column's value does not depend on who computes it).
   void run(const Job& job) {
     std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
     if (!lock.owns_lock() || workers_.empty() || job.nchunks < 2) {
-      for (int64_t i = 0; i < job.nchunks; ++i) run_chunk(job, i);
+      for (int64_t i = 0; i < job.nchunks; ++i) run_chunk_into_y(job, i);
       return;
     }
     job_ = job;
@@ -247,14 +260,16 @@ class Pool {
     state_.store(epoch << 40 | (uint64_t)job.nchunks << 20, std::memory_order_release);
     wake_.fetch_add(1, std::memory_order_release);
     if (sleepers_.load(std::memory_order_acquire) > 0) futex(&wake_, FUTEX_WAKE_PRIVATE, INT32_MAX);
-    work(epoch);
+    work(epoch, false);
     while (done_.load(std::memory_order_acquire) != job.nchunks) _mm_pause();
   }
 
  private:
   static constexpr uint64_t kEpochMask = (1ull << 24) - 1;
   static constexpr uint64_t kField = (1ull << 20) - 1;
-  static constexpr int kSpins = 20000;  // ~0.1-0.5 ms of pause before sleeping
+  // A worker spins this long after its last job before sleeping: long enough to bridge the small MindSpore ops
+  // between two Linears of a layer, short enough not to steal a shared core for long.
+  static constexpr auto kSpin = std::chrono::microseconds(100);
 
   Pool() {
     int n = (int)std::thread::hardware_concurrency();
@@ -265,12 +280,13 @@ class Pool {
   }
 
   // Claims and runs chunks of job `epoch` until none is left or the job is no longer current.
-  void work(uint64_t epoch) {
+  void work(uint64_t epoch, bool worker) {
     uint64_t s = state_.load(std::memory_order_acquire);
     for (;;) {
       if ((s >> 40) != epoch || (s & kField) >= ((s >> 20) & kField)) return;
       if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-      run_chunk(job_, (int64_t)(s & kField));  // job_ is stable: the caller waits for this chunk
+      run_chunk_into_y(job_, (int64_t)(s & kField));  // job_ is stable: the caller waits for this chunk
+      if (worker) worker_chunks.fetch_add(1, std::memory_order_relaxed);
       done_.fetch_add(1, std::memory_order_release);
       s = state_.load(std::memory_order_acquire);
     }
@@ -280,19 +296,17 @@ class Pool {
     uint32_t seen = 0;  // the value at construction: a job posted before this thread starts is not missed
     for (;;) {
       uint32_t now;
-      int spins = 0;
-      while ((now = wake_.load(std::memory_order_acquire)) == seen) {
-        if (++spins < kSpins) {
-          _mm_pause();
-          continue;
-        }
-        sleepers_.fetch_add(1, std::memory_order_acq_rel);
+      auto until = std::chrono::steady_clock::now() + kSpin;
+      for (int spins = 0; (now = wake_.load(std::memory_order_acquire)) == seen; ++spins) {
+        _mm_pause();
+        if ((spins & 255) != 255 || std::chrono::steady_clock::now() < until) continue;
+        sleepers_.fetch_add(1, std::memory_order_acq_rel);  // a locked RMW on x86: a full barrier
         if (wake_.load(std::memory_order_acquire) == seen) futex(&wake_, FUTEX_WAIT_PRIVATE, seen);
         sleepers_.fetch_sub(1, std::memory_order_acq_rel);
-        spins = 0;
+        until = std::chrono::steady_clock::now() + kSpin;
       }
       seen = now;
-      work(state_.load(std::memory_order_acquire) >> 40);
+      work(state_.load(std::memory_order_acquire) >> 40, true);
     }
   }
 
@@ -306,11 +320,13 @@ class Pool {
   std::atomic<int> sleepers_{0};
 };
 
-// Panels per work item: enough items for every thread to get several (load balance on a shared machine),
-// at most one register block wide.
-int64_t chunk_panels(int64_t np, int threads) {
-  const int64_t want = std::max<int64_t>(1, np / (4 * (int64_t)threads));
-  return std::min<int64_t>(want, kMaxRN);
+// Panels per work item: one full register block for the call's row blocks (6 panels when M >= 3, else 8), so
+// no chunk is cut into narrow, latency-bound blocks; threads balance by claiming many small items. Very wide
+// outputs take a multiple, to stay within the pool's chunk table.
+int64_t chunk_panels(int64_t M, int64_t np) {
+  const int64_t block = panels_for_rows((int)std::min<int64_t>(M, kMaxRM));
+  const int64_t blocks = (np + block - 1) / block;
+  return block * ((blocks + Pool::kMaxChunks - 1) / Pool::kMaxChunks);
 }
 
 // Activations -> bf16 pairs (round to nearest even), zero-padded to an even K.
@@ -361,7 +377,7 @@ int linear_f32(int nparam, void** params, int* ndims, int64_t** shapes, const ch
   Pool& pool = Pool::get();
   Job c{};
   c.M = M, c.K = K, c.N = N, c.np = (N + kLanes - 1) / kLanes;
-  c.chunk = chunk_panels(c.np, pool.threads());
+  c.chunk = chunk_panels(M, c.np);
   c.nchunks = M > 0 ? (c.np + c.chunk - 1) / c.chunk : 0;
   c.x = static_cast<const float*>(params[0]);
   c.wf = static_cast<const float*>(params[1]);
@@ -382,7 +398,7 @@ int linear_bf16(int nparam, void** params, int* ndims, int64_t** shapes, const c
   Pool& pool = Pool::get();
   Job c{};
   c.M = M, c.K = K, c.N = N, c.np = (N + kLanes - 1) / kLanes;
-  c.chunk = chunk_panels(c.np, pool.threads());
+  c.chunk = chunk_panels(M, c.np);
   c.nchunks = M > 0 ? (c.np + c.chunk - 1) / c.chunk : 0;
   c.wb = static_cast<const uint16_t*>(params[1]);
   c.xq = xq.data(), c.K2 = K2;
@@ -393,9 +409,29 @@ int linear_bf16(int nparam, void** params, int* ndims, int64_t** shapes, const c
   return 0;
 }
 
+// Wall time spent inside the entry points (for benchmarks: the linear share of a forward), and call count.
+std::atomic<int64_t> g_calls{0}, g_nanos{0};
+
+struct CallTimer {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  ~CallTimer() {
+    g_calls.fetch_add(1, std::memory_order_relaxed);
+    g_nanos.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+                          .count(), std::memory_order_relaxed);
+  }
+};
+
 }  // namespace
 
 extern "C" {
+
+// Calls and seconds spent in the linear entry points since the last reset (reset = 1 zeroes them after reading).
+int64_t MseKernelStats(double* seconds, int reset) {
+  const int64_t calls = reset ? g_calls.exchange(0) : g_calls.load();
+  const int64_t nanos = reset ? g_nanos.exchange(0) : g_nanos.load();
+  *seconds = (double)nanos * 1e-9;
+  return calls;
+}
 
 // Bit 0: AVX-512 F/BW/VL/DQ + FMA (fp32 kernels); bit 1: AVX512-BF16 (bf16 kernels).
 int MseKernelFeatures() {
@@ -409,16 +445,23 @@ int MseKernelFeatures() {
 
 int MseKernelThreads() { return Pool::get().threads(); }
 
+// Chunks computed by the pool's worker threads since it started.
+int64_t MseKernelWorkerChunks() { return Pool::get().worker_chunks.load(); }
+
 int MseLinearF32(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {
+  CallTimer timer;
   return linear_f32(nparam, params, ndims, shapes, dtypes, false);
 }
 int MseLinearF32Bias(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {
+  CallTimer timer;
   return linear_f32(nparam, params, ndims, shapes, dtypes, true);
 }
 int MseLinearBf16(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {
+  CallTimer timer;
   return linear_bf16(nparam, params, ndims, shapes, dtypes, false);
 }
 int MseLinearBf16Bias(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {
+  CallTimer timer;
   return linear_bf16(nparam, params, ndims, shapes, dtypes, true);
 }
 
