@@ -17,7 +17,7 @@ import numpy as np
 from .checkpoint import CKPT_NAME, load_strict
 from .config import RuntimeConfig, TeacherConfig
 from .errors import CacheCapacityError, ConfigError
-from .kernels import MatmulChoice, check_packed, pack_weights
+from .kernels import MatmulChoice, check_packed, pack_weights, select_matmul
 from .models.pangu import PanguForCausalLM
 
 
@@ -71,7 +71,7 @@ class Teacher:
         picks the Linear implementation (``kernels.select_matmul`` turns an unavailable one into a fallback)."""
         runtime = runtime or RuntimeConfig()
         cfg = TeacherConfig.load(model_dir)
-        teacher = cls(cfg, runtime, matmul=matmul)
+        teacher = cls(cfg, runtime, matmul=select_matmul(matmul))
         load_strict(teacher.cell.weight_parameters(), os.path.join(model_dir, CKPT_NAME))
         pack_weights(teacher.cell)
         return teacher

@@ -157,6 +157,39 @@ def bench_teacher(teachers: dict, reps: int, prefix: np.ndarray) -> dict:
         out[t] = {n: round(v[0], 2) for n, v in res.items()}
         print(f"{t:4d} | " + " | ".join(f"{v[0]:9.2f} [{v[1]:7.2f}] {v[0] / base[n]:5.2f}x" for n, v in res.items()))
     out["ratio_to_decode"] = {t: {n: round(out[t][n] / base[n], 3) for n in teachers} for t in TOKENS}
+    out["linear_share"] = linear_share(teachers, reps)
+    return out
+
+
+def linear_share(teachers: dict, reps: int) -> dict:
+    """Per custom teacher and T: median forward ms and the ms spent inside the kernels' entry points (their own
+    wall clock, MseKernelStats), i.e. where a forward's time goes: linears vs everything MindSpore runs."""
+    import ctypes
+
+    from mindspore_eagle.kernels.build import load
+
+    lib = ctypes.CDLL(load().library.path)
+    lib.MseKernelStats.restype = ctypes.c_int64
+    sec = ctypes.c_double()
+    out = {}
+    print("\nwhere a custom teacher's forward goes (median over reps): total ms = linear kernels + the rest")
+    rng = np.random.default_rng(5)
+    for t in TOKENS:
+        ids = rng.integers(0, VOCAB, t)
+        for name, teacher in teachers.items():
+            if name == "mindspore":
+                continue
+            pairs = []
+            for _ in range(reps):
+                lib.MseKernelStats(ctypes.byref(sec), 1)
+                start = time.perf_counter()
+                chain_forward(teacher, ids, PREFIX)
+                total = (time.perf_counter() - start) * 1e3
+                calls = lib.MseKernelStats(ctypes.byref(sec), 1)
+                pairs.append((total, sec.value * 1e3))
+            total, lin = sorted(pairs)[len(pairs) // 2]
+            out.setdefault(t, {})[name] = {"forward_ms": round(total, 2), "linear_ms": round(lin, 2), "calls": calls}
+            print(f"  T={t:3d} {name:12s} {total:8.2f} ms = {lin:7.2f} linear ({calls} calls) + {total - lin:7.2f} rest")
     return out
 
 

@@ -91,3 +91,15 @@ def test_bf16_kernel_teacher_is_close_to_fp32_but_not_equal(kernel_teachers):
     a, b = chain(t32, prompt, 0).logits[0], chain(t16, prompt, 0).logits[0]
     assert not np.array_equal(a, b)
     assert np.abs(a - b).max() <= 0.05 * np.abs(a).max()
+
+
+def test_teacher_load_falls_back_to_mindspore_matmul_with_a_message(hf_tiny, monkeypatch, capsys):
+    from mindspore_eagle.kernels import LinearKernel, build
+    from mindspore_eagle.kernels import ops as kernel_ops
+
+    _, ms_dir, _ = hf_tiny("llama")
+    monkeypatch.setattr(kernel_ops, "kernel_status", lambda dtype: build.KernelStatus(None, "processor lacks AVX-512"))
+    teacher = Teacher.load(ms_dir, RUNTIME, matmul=MatmulChoice("custom", "bfloat16"))
+    assert not [c for _, c in teacher.cell.cells_and_names() if isinstance(c, LinearKernel)]
+    err = capsys.readouterr().err
+    assert "processor lacks AVX-512" in err and "MindSpore" in err

@@ -36,7 +36,7 @@ from mindspore import Parameter, Tensor, nn, ops
 from ..checkpoint import CKPT_NAME, load_strict
 from ..draft_config import DraftConfig
 from ..errors import CheckpointError
-from ..kernels import MatmulChoice, pack_weights
+from ..kernels import MatmulChoice, pack_weights, select_matmul
 from .layers import CachedAttention, Embedding, Linear, RMSNorm, SwiGLU, rope_tables, write_index
 
 D2T_FILE = "d2t.npy"
@@ -159,7 +159,7 @@ class Eagle3DraftHead(nn.Cell):
              matmul: MatmulChoice | None = None) -> "Eagle3DraftHead":
         """Load a converted head directory (``config.json``, ``weights.safetensors``, ``d2t.npy``/``t2d.npy``), strictly."""
         cfg = DraftConfig.load(model_dir)
-        head = cls(cfg, batch_size, max_len, matmul)
+        head = cls(cfg, batch_size, max_len, select_matmul(matmul))
         load_strict(head.weight_parameters(), os.path.join(model_dir, CKPT_NAME))
         pack_weights(head)
         if cfg.has_vocab_map:
