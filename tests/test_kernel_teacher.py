@@ -103,3 +103,31 @@ def test_teacher_load_falls_back_to_mindspore_matmul_with_a_message(hf_tiny, mon
     assert not [c for _, c in teacher.cell.cells_and_names() if isinstance(c, LinearKernel)]
     err = capsys.readouterr().err
     assert "processor lacks AVX-512" in err and "MindSpore" in err
+
+
+@pytest.mark.parametrize("config", ["mapped", "wide_teacher"])  # no bias / attention biases, own embeddings
+def test_eagle3_head_with_fp32_kernels_equals_numpy_reference(tmp_path, config):
+    import mindspore as ms
+
+    from ckpt_convert import convert_eagle3
+    from mindspore_eagle.models.eagle3 import Eagle3DraftHead
+    from tests.test_eagle3_head import MAX_LEN, PUBLIC_CONFIGS, TOL, NumpyHead, causal_visibility, write_public_head
+
+    require_kernel("float32")
+    c = PUBLIC_CONFIGS[config]
+    tensors = write_public_head(str(tmp_path / "public"), c, seed=1)
+    convert_eagle3(str(tmp_path / "public"), str(tmp_path / "ours"))
+    head = Eagle3DraftHead.load(str(tmp_path / "ours"), max_len=MAX_LEN, matmul=MatmulChoice("custom", "float32"))
+    ht = c.get("target_hidden_size") or c["hidden_size"]
+    table = (head.embed_tokens.weight if head.own_embedding else
+             ms.Tensor(np.random.default_rng(7).standard_normal((c["vocab_size"], c["hidden_size"])).astype(np.float32)))
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, c["vocab_size"], 8)
+    feats = rng.standard_normal((8, 3 * ht)).astype(np.float32)
+    rows = np.arange(8, dtype=np.int32)[None]
+    got = ms.jit(head)(table, ms.Tensor(ids[None].astype(np.int32)), ms.Tensor(feats[None]), ms.Tensor(rows),
+                       ms.Tensor(causal_mask(0, 8, MAX_LEN)), ms.Tensor(rows)).asnumpy()[0]
+    ref = NumpyHead(tensors, c)
+    want = ref.forward(np.asarray(table.asnumpy(), np.float64)[ids], ref.fuse(feats), np.arange(8), causal_visibility(8))
+    np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(head.compute_logits(ms.Tensor(got)).asnumpy(), ref.logits(want), rtol=TOL, atol=TOL)
