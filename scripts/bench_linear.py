@@ -12,7 +12,7 @@
 Timings are medians (and minima) of interleaved repetitions: backends alternate inside every repetition, so a
 neighbour's load on a shared machine hits all of them alike. Last stdout line: one JSON object.
 
-    MSE_KERNEL_THREADS=2 GLOG_v=3 python scripts/bench_linear.py [--reps 15] [--skip-teacher]
+    [MSE_KERNEL_THREADS=2] GLOG_v=3 python scripts/bench_linear.py [--reps 15] [--skip-teacher] [--skip-micro]
 """
 
 from __future__ import annotations
@@ -283,7 +283,7 @@ def main() -> None:
     import ctypes
 
     threads = ctypes.CDLL(load().library.path).MseKernelThreads()
-    print(f"custom kernel threads: {threads} (MSE_KERNEL_THREADS), os.cpu_count() = {os.cpu_count()}")
+    print(f"custom kernel threads: {threads} (MSE_KERNEL_THREADS, default 1), os.cpu_count() = {os.cpu_count()}")
     result = {"kernel_threads": threads, "reps": args.reps}
     if not args.skip_micro:
         result.update(bench_microbench(args.reps))

@@ -31,9 +31,12 @@
 // N is read from the output shape. MseKernelFeatures() reports what the processor supports (for the loader);
 // MseKernelStats() the calls and wall time spent in the entry points (for benchmarks).
 //
-// Threading: MindSpore calls an AOT kernel on one thread, so the library runs its own small pool (the caller
-// plus MSE_KERNEL_THREADS - 1 workers, default: all online CPUs, at most 8) that takes column chunks from a
-// shared counter. Which thread computes a column never changes its value.
+// Threading: MindSpore calls an AOT kernel on one thread. The library can run its own small pool (the caller
+// plus MSE_KERNEL_THREADS - 1 workers, at most 8) that takes column chunks from a shared counter; which thread
+// computes a column never changes its value. Default: 1 thread. Measured on the 2-vCPU development machines
+// (shared with other jobs; MindSpore's own KernelThread also spins on the second core), a second kernel thread
+// made every shape slower, because the caller must wait for a chunk whose worker was preempted. Set
+// MSE_KERNEL_THREADS=2 on a dedicated machine, where the compute-bound shapes (M >= 16) can gain from it.
 
 #include <immintrin.h>
 #include <linux/futex.h>
@@ -272,7 +275,7 @@ class Pool {
   static constexpr auto kSpin = std::chrono::microseconds(100);
 
   Pool() {
-    int n = (int)std::thread::hardware_concurrency();
+    int n = 1;
     if (const char* env = std::getenv("MSE_KERNEL_THREADS")) n = std::atoi(env);
     n = std::max(1, std::min(n, 8));
     for (int t = 1; t < n; ++t) workers_.emplace_back([this] { loop(); });
