@@ -72,7 +72,7 @@ def build(model: str | None, runtime: RuntimeConfig, draft: str | None = None, b
         head_dir = draft or default_head_dir()
         draft_cfg = DraftConfig.load(head_dir) if os.path.isdir(head_dir) else None  # a missing one: reported below
     choice = deploy.prepare(runtime, budget, teacher_cfg, deployment, draft_cfg)
-    teacher = Teacher.load(model_dir, runtime, choice)
+    teacher = Teacher.load(model_dir, runtime, choice)  # Linears: runtime.dtype / runtime.matmul (kernels.matmul_for)
     tok = None
     if tokenizer:
         from .tokenizer import load_tokenizer

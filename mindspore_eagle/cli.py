@@ -29,6 +29,10 @@ def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=["CPU", "Ascend"], default="CPU")
     p.add_argument("--buckets", default=None, help="static forward sizes, e.g. 1,8,16,32,64 (the default)")
     p.add_argument("--prefill-chunk", type=int, default=None, help="prefill chunk, one of the buckets (default 64)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="Linear compute dtype of teacher and draft (bfloat16: bf16 weights/activations, fp32 sums)")
+    p.add_argument("--matmul", choices=["auto", "custom", "mindspore"], default="auto",
+                   help="Linear implementation: auto = the custom batch-invariant kernel where it runs (default)")
 
 
 def _add_spec_flags(p: argparse.ArgumentParser) -> None:
@@ -50,7 +54,8 @@ def _runtime(args: argparse.Namespace):
         kw["buckets"] = Buckets.parse(args.buckets)
     if args.prefill_chunk is not None:
         kw["prefill_chunk"] = args.prefill_chunk
-    return RuntimeConfig(max_cache_len=args.max_cache_len, exec_mode=args.exec_mode, device=args.device, **kw)
+    return RuntimeConfig(max_cache_len=args.max_cache_len, exec_mode=args.exec_mode, device=args.device,
+                         dtype=args.dtype, matmul=args.matmul, **kw)
 
 
 def _budget(args: argparse.Namespace):
@@ -101,6 +106,9 @@ def cmd_setup(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     path = install_default_model(allow_download=True)
     print(f"default model ready at {path} ({time.perf_counter() - t0:.1f} s)")
+    from .kernels.build import setup_kernels
+
+    print(setup_kernels())
     return 0
 
 

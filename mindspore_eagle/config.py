@@ -501,6 +501,12 @@ class RuntimeConfig:
     ``buckets`` (a ``Buckets``; a tuple is converted) are the row counts a forward may have, used by prefill
     chunks, tree verification, the draft's context chunks and cache row moves alike. ``prefill_chunk`` must be
     one of them. ``exec_mode`` is an ``ExecMode`` (its name is accepted and converted once, here).
+
+    ``dtype`` is the compute dtype of every Linear of the teacher and the draft head: "float32" (the parity path
+    against transformers) or "bfloat16" (bf16 weights and activations, fp32 sums: the Ascend-like regime; needs the
+    custom AVX512-BF16 kernel). ``matmul`` picks the Linear implementation: "auto" (the custom batch-invariant
+    kernel of ``mindspore_eagle.kernels`` where this machine runs it, else MindSpore's MatMul, with a message),
+    "custom" (the kernel or an error) or "mindspore". Speculative output equals greedy output *in the same dtype*.
     """
 
     max_cache_len: int = 1024
@@ -509,6 +515,8 @@ class RuntimeConfig:
     device: str = "CPU"
     buckets: Buckets = Buckets()
     prefill_chunk: int = 64
+    dtype: str = "float32"
+    matmul: str = "auto"
 
     def __post_init__(self) -> None:
         _require_positive(self, "max_cache_len", "batch_size", "prefill_chunk")
@@ -523,6 +531,13 @@ class RuntimeConfig:
         if self.buckets.largest > self.max_cache_len:
             raise ConfigError(f"RuntimeConfig.buckets: largest bucket {self.buckets.largest} exceeds "
                               f"max_cache_len={self.max_cache_len}")
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ConfigError(f"RuntimeConfig.dtype={self.dtype!r}: expected 'float32' or 'bfloat16'")
+        if self.matmul not in ("auto", "custom", "mindspore"):
+            raise ConfigError(f"RuntimeConfig.matmul={self.matmul!r}: expected 'auto', 'custom' or 'mindspore'")
+        if self.dtype == "bfloat16" and self.matmul == "mindspore":
+            raise ConfigError("RuntimeConfig(dtype='bfloat16', matmul='mindspore'): MindSpore's CPU MatMul has no "
+                              "bf16 kernel; use matmul='auto' or 'custom'")
 
     @property
     def reference(self) -> bool:

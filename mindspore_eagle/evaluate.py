@@ -67,6 +67,8 @@ class RunConfig:
     evalset: str  # evalset_digest of the full (unlimited) set
     buckets: tuple[int, ...] = (1, 8, 16, 32, 64)  # the teacher's RuntimeConfig.buckets
     prefill_chunk: int = 64
+    dtype: str = "float32"  # Linear compute dtype of teacher and head
+    matmul: str = "mindspore"  # the Linear implementation actually used ("custom" or "mindspore")
 
     def __post_init__(self) -> None:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -89,7 +91,8 @@ class RunConfig:
                    stack.model_dir), draft_fingerprint=draft_fp, max_nodes=budget.max_nodes, depth=budget.depth,
                    top_k=budget.top_k, window=window, exec_mode=rt.exec_mode.value, max_cache_len=rt.max_cache_len,
                    max_new_tokens=max_new_tokens, evalset=evalset_digest(items), buckets=rt.buckets.sizes,
-                   prefill_chunk=rt.prefill_chunk)
+                   prefill_chunk=rt.prefill_chunk, dtype=stack.teacher.matmul.dtype,
+                   matmul=stack.teacher.matmul.backend)
 
 
 # ----- sharding and seeds ------------------------------------------------------------------------------------

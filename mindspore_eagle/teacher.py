@@ -19,6 +19,7 @@ from .attention import AttentionChoice
 from .checkpoint import CKPT_NAME, load_strict
 from .config import RuntimeConfig, TeacherConfig
 from .errors import ConfigError
+from .kernels import MatmulChoice, check_packed, matmul_for, pack_weights, select_matmul
 from .models.pangu import PanguForCausalLM
 from .tree.inputs import ForwardInputs
 
@@ -59,25 +60,34 @@ class Teacher:
     """A teacher Cell bound to a runtime: ``forward(ForwardInputs)`` runs one static-shape forward.
 
     ``attention`` is the attention core of every layer (``attention.AttentionChoice``; the builder passes the one
-    ``deploy.prepare`` picked); a draft head drafting for this teacher is built with the same choice.
+    ``deploy.prepare`` picked); a draft head drafting for this teacher is built with the same choice. ``matmul``
+    picks the Linear implementation (``kernels.MatmulChoice``); the bare constructor defaults to MindSpore's MatMul
+    (a caller that sets weights itself and asks for a custom kernel calls ``kernels.pack_weights`` afterwards),
+    ``load`` to the runtime's choice.
     """
 
-    def __init__(self, cfg: TeacherConfig, runtime: RuntimeConfig, attention: AttentionChoice = AttentionChoice()):
+    def __init__(self, cfg: TeacherConfig, runtime: RuntimeConfig, attention: AttentionChoice = AttentionChoice(),
+                 matmul: MatmulChoice | None = None):
         setup_mindspore(runtime.device)
         self.cfg = cfg
         self.runtime = runtime
         self.attention = attention
-        self.cell = PanguForCausalLM(cfg, runtime.batch_size, runtime.max_cache_len, attention)
+        self.matmul = matmul or MatmulChoice()
+        self.cell = PanguForCausalLM(cfg, runtime.batch_size, runtime.max_cache_len, attention, matmul)
+        self._packed_checked = False
         self._fn = runtime.exec_mode.compile(self.cell)
 
     @classmethod
     def load(cls, model_dir: str, runtime: RuntimeConfig | None = None,
-             attention: AttentionChoice = AttentionChoice()) -> "Teacher":
-        """Load a converted model directory (``config.json`` + ``weights.safetensors``), strictly."""
+             attention: AttentionChoice = AttentionChoice(), matmul: MatmulChoice | None = None) -> "Teacher":
+        """Load a converted model directory (``config.json`` + ``weights.safetensors``), strictly. The Linears use
+        ``matmul`` if given, else the runtime's ``dtype`` / ``matmul`` (``kernels.matmul_for``: the custom
+        batch-invariant kernel where it runs); custom kernels are packed once the weights are read."""
         runtime = runtime or RuntimeConfig()
         cfg = TeacherConfig.load(model_dir)
-        teacher = cls(cfg, runtime, attention)
+        teacher = cls(cfg, runtime, attention, select_matmul(matmul) if matmul is not None else matmul_for(runtime))
         load_strict(teacher.cell.weight_parameters(), os.path.join(model_dir, CKPT_NAME))
+        pack_weights(teacher.cell)
         return teacher
 
     @property
@@ -93,6 +103,9 @@ class Teacher:
         if b != self.runtime.batch_size or inputs.mask.shape != (b, 1, t, self.max_len):
             raise ConfigError(f"forward inputs ids {inputs.ids.shape}, mask {inputs.mask.shape}: the runtime was built "
                               f"for batch_size={self.runtime.batch_size}, max_cache_len={self.max_len}")
+        if not self._packed_checked:  # once: a custom kernel never packed would compute with NaN weights
+            check_packed(self.cell)
+            self._packed_checked = True
         start = time.perf_counter()
         logits, aux = self._fn(ms.Tensor(inputs.ids.astype(np.int32)), ms.Tensor(inputs.positions.astype(np.int32)),
                                ms.Tensor(inputs.mask.astype(np.float32)), ms.Tensor(inputs.rows.astype(np.int32)))

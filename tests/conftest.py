@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import random
 import os
 
 import pytest
@@ -55,3 +56,39 @@ def default_teacher():
 
     d = default_model_or_skip()
     return Teacher.load(d, RuntimeConfig(max_cache_len=512)), load_tokenizer(d)
+
+
+@pytest.fixture(scope="session")
+def hf_smollm2():
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from mindspore_eagle.assets import default_gguf_path
+
+    gguf = default_gguf_path()
+    model = AutoModelForCausalLM.from_pretrained(os.path.dirname(gguf), gguf_file=os.path.basename(gguf),
+                                                 dtype=torch.float32)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def sp_dir(tmp_path_factory):
+    sentencepiece = pytest.importorskip("sentencepiece")
+    model_dir = tmp_path_factory.mktemp("pangu_sp")
+    rng = random.Random(0)
+    words = "the quick brown fox jumps over lazy dog draft tree token 系统 用户 助手 你好 世界 模型 ： 。".split()
+    lines = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(300)]
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_prefix=str(model_dir / "tokenizer"), vocab_size=400, model_type="bpe",
+        user_defined_symbols=["[unused9]", "[unused10]"], character_coverage=1.0, byte_fallback=True,
+        hard_vocab_limit=False, normalization_rule_name="identity", remove_extra_whitespaces=False,
+        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
+    (model_dir / "tokenizer.vocab").unlink()
+    return model_dir
+
+
+@pytest.fixture(scope="module")
+def processor(sp_dir):
+    import sentencepiece
+
+    return sentencepiece.SentencePieceProcessor(model_file=str(sp_dir / "tokenizer.model"))

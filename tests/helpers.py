@@ -18,6 +18,11 @@ import pytest
 from mindspore_eagle.config import RuntimeConfig
 from mindspore_eagle.tree import ForwardInputs, TreeLayout
 
+DEFAULT_TEACHER_PROMPTS = [
+    "What is the capital of France? Answer briefly.",
+    "Write a Python function that returns the factorial of n.",
+    "List three colours of the rainbow.",
+]
 TOL = 1e-5  # cache tests: relative tolerance of rows and logits recomputed along another path
 CACHE_RUNTIME = RuntimeConfig(max_cache_len=128, buckets=(1, 8, 16, 32), prefill_chunk=16)  # the cache tests' teacher
 
@@ -448,3 +453,156 @@ def path_to(layout, node: int) -> list[int]:
     while path[-1] != 0:
         path.append(int(layout.parents[path[-1]]))
     return path[::-1]
+
+
+# ----- scripted drafts ------------------------------------------------------------------------------------
+
+
+class ScriptedProposer:
+    """Test draft that knows the teacher's greedy continuation ``future`` and proposes from it.
+
+    mode "oracle": a chain of the next ``depth`` true tokens (every level accepted);
+    "wrong": a chain of tokens that are never the teacher's choice; "bushy": at every level a wrong sibling
+    placed *before* the true child, so accepted paths are not in place (their rows are moved by the commit).
+    """
+
+    def __init__(self, vocab, depth, mode):
+        self.vocab, self.depth, self.mode = vocab, depth, mode
+        self.max_nodes = 2 * depth + 1 if mode == "bushy" else depth + 1
+        self.future, self.pos = [], 0
+
+    def begin(self, prompt, aux, first):
+        self.pos = 1  # future[0] == first token (the root)
+        assert aux.shape[0] == len(prompt)
+
+    def propose(self, root):
+        assert root == self.future[self.pos - 1]
+        nxt = self.future[self.pos:self.pos + self.depth]
+        wrong = [(t + 1) % self.vocab for t in nxt]
+        if self.mode == "oracle":
+            return TreeLayout.from_parents([root] + nxt, [0] + list(range(len(nxt))))
+        if self.mode == "wrong":
+            return TreeLayout.from_parents([root] + wrong, [0] + list(range(len(wrong))))
+        tokens, parents, cur = [root], [0], 0
+        for t, w in zip(nxt, wrong):
+            tokens += [w, t]
+            parents += [cur, cur]
+            cur = len(tokens) - 1
+        return TreeLayout.from_parents(tokens, parents)
+
+    def accept(self, acc, aux):
+        assert aux.shape[0] == len(acc.path)
+        self.pos += len(acc.tokens)
+
+
+# ----- the custom kernels ---------------------------------------------------------------------------------
+
+
+def cpu_flags() -> set[str]:
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def require_kernel(dtype: str) -> None:
+    need = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"} | ({"avx512_bf16"} if dtype == "bfloat16" else set())
+    lacking = need - cpu_flags()
+    if lacking:
+        pytest.skip(f"processor lacks {sorted(lacking)}")
+    from mindspore_eagle.kernels import ops
+
+    status = ops.kernel_status(dtype)
+    assert status.library is not None, f"the processor has {sorted(need)} but the kernel is unavailable: {status.reason}"
+
+
+# ----- GGUF files and trace records written by hand ------------------------------------------------------
+
+
+def write_tiny_gguf(model, path, quantize_embeddings=False, tokenizer=False):
+    """Write a llama-architecture GGUF of a HF torch model with the gguf package (what llama.cpp does);
+    ``tokenizer``: also a byte-level BPE tokenizer of single-letter tokens (enough for ``convert_gguf``)."""
+    import gguf
+
+    cfg = model.config
+    w = gguf.GGUFWriter(path, "llama")
+    if tokenizer:
+        tokens = [chr(ord("!") + i) for i in range(cfg.vocab_size - 2)] + ['!"', "<|end|>"]
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("gpt-2")
+        w.add_token_list(tokens)
+        w.add_token_merges(['! "'])
+        w.add_token_types([1] * (cfg.vocab_size - 1) + [3])
+        w.add_eos_token_id(cfg.vocab_size - 1)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_rope_freq_base(TINY["rope_theta"])  # transformers 5 keeps it in rope_parameters
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_vocab_size(cfg.vocab_size)
+    w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
+    per_layer = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
+                 "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+                 "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
+                 "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+                 "mlp.down_proj.weight": "ffn_down.weight"}
+    for name, p in model.state_dict().items():
+        arr = p.detach().float().numpy()
+        if name.startswith("model.layers."):
+            n, rest = name[len("model.layers."):].split(".", 1)
+            gname = f"blk.{n}.{per_layer[rest]}"
+            if rest == "self_attn.q_proj.weight":
+                arr = _llama_cpp_permute(arr, cfg.num_attention_heads)
+            elif rest == "self_attn.k_proj.weight":
+                arr = _llama_cpp_permute(arr, cfg.num_key_value_heads)
+        else:
+            gname = names[name]
+        if quantize_embeddings and gname == "token_embd.weight":
+            q = gguf.quants.quantize(arr, gguf.GGMLQuantizationType.Q8_0)
+            w.add_tensor(gname, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            w.add_tensor(gname, np.ascontiguousarray(arr, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def turn_record(tid, category, speedup, greedy_s, spec_s, cycles, emitted, lossless=True):
+    """A summary line as the runner writes it: 12 tokens; teacher 80% and draft 10% of the spec time."""
+    return {"record": "turn", "turn": tid, "category": category, "seed": 0, "rank": 0, "prompt_tokens": 5,
+            "tokens": 12, "spec_tokens": 12, "stop_reason": "max_new_tokens", "greedy_s": greedy_s, "spec_s": spec_s,
+            "greedy_ttft_s": 0.1, "spec_ttft_s": 0.1, "greedy_tok_s": 12 / greedy_s, "spec_tok_s": 12 / spec_s,
+            "speedup": speedup, "cycles": cycles, "emitted": emitted, "tau": emitted / cycles,
+            "spec_teacher_s": 0.8 * spec_s, "spec_draft_s": 0.1 * spec_s, "lossless": lossless,
+            "output_ids": list(range(12)), "spec_ids": None if lossless else [0] * 12}
+
+
+def legacy_step_record(tid, i, draft_ms):
+    """A step line as traces were written before the phase split (results/eval-default holds such traces)."""
+    return {"record": "step", "turn": tid, "step": i, "committed_len": 5 + i, "tree_nodes": 8, "bucket": 8,
+            "depth": 3, "accepted_len": 1, "bonus": 4, "path": [0, 1], "tokens": [3, 4], "commit_mode": "length",
+            "draft_ms": draft_ms, "verify_ms": 10.0, "commit_ms": 1.0, "teacher_ms": 9.0}
+
+
+def write_bpe_gguf(path: Path, model: str = "gpt2", pre: str = "gpt-2") -> Path:
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model(model)
+    writer.add_tokenizer_pre(pre)
+    writer.add_token_list(["a", "b", "ab", "<|end|>"])
+    writer.add_token_merges(["a b"])
+    writer.add_token_types([1, 1, 1, 3])
+    writer.add_eos_token_id(3)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

@@ -22,7 +22,7 @@ import pytest
 from ckpt_convert import convert_eagle3, convert_gguf, convert_hf
 from ckpt_convert.__main__ import main as convert_main
 from mindspore_eagle.errors import CheckpointError, ConfigError
-from tests.conftest import make_hf_checkpoint
+from tests.helpers import PUBLIC_CONFIGS, make_hf_checkpoint, write_public_head, write_tiny_gguf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -46,8 +46,6 @@ def strays(parent, base: str) -> list[str]:
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory):
     """kind -> a pristine source (HF dir, GGUF file, public EAGLE-3 head dir), copied per test."""
-    from tests.test_convert import write_tiny_gguf
-    from tests.test_eagle3_head import PUBLIC_CONFIGS, write_public_head
 
     root = tmp_path_factory.mktemp("sources")
     model = make_hf_checkpoint("llama", str(root / "hf"), seed=1)
@@ -112,7 +110,6 @@ def test_existing_output_is_refused_before_the_source_is_read(sources, kind, rea
 def test_exported_head_refuses_an_output_holding_its_teacher(sources, tmp_path):
     from mindspore_eagle.draft_config import DraftConfig
     from mindspore_eagle.train.export import export_head
-    from tests.test_eagle3_head import PUBLIC_CONFIGS
 
     teacher = tmp_path / "models" / "teacher"
     shutil.copytree(sources["hf"], teacher)

@@ -10,7 +10,7 @@ import pytest
 
 from ckpt_convert import convert_gguf, convert_hf
 from mindspore_eagle.errors import CheckpointError, ConfigError
-from tests.helpers import TINY, make_hf_checkpoint
+from tests.helpers import TINY, make_hf_checkpoint, write_tiny_gguf
 
 
 @pytest.fixture(scope="module")
@@ -156,60 +156,6 @@ def _llama_cpp_permute(w, n_head):
     """llama.cpp's q/k row permutation (convert_hf_to_gguf.py's LlamaModel.permute), written out here as the
     reference the converter must invert: per head, rows (first half, second half) -> interleaved pairs."""
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-def write_tiny_gguf(model, path, quantize_embeddings=False, tokenizer=False):
-    """Write a llama-architecture GGUF of a HF torch model with the gguf package (what llama.cpp does);
-    ``tokenizer``: also a byte-level BPE tokenizer of single-letter tokens (enough for ``convert_gguf``)."""
-    import gguf
-
-    cfg = model.config
-    w = gguf.GGUFWriter(path, "llama")
-    if tokenizer:
-        tokens = [chr(ord("!") + i) for i in range(cfg.vocab_size - 2)] + ['!"', "<|end|>"]
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre("gpt-2")
-        w.add_token_list(tokens)
-        w.add_token_merges(['! "'])
-        w.add_token_types([1] * (cfg.vocab_size - 1) + [3])
-        w.add_eos_token_id(cfg.vocab_size - 1)
-    w.add_block_count(cfg.num_hidden_layers)
-    w.add_context_length(cfg.max_position_embeddings)
-    w.add_embedding_length(cfg.hidden_size)
-    w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(cfg.num_attention_heads)
-    w.add_head_count_kv(cfg.num_key_value_heads)
-    w.add_rope_freq_base(TINY["rope_theta"])  # transformers 5 keeps it in rope_parameters
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_vocab_size(cfg.vocab_size)
-    w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
-    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-             "lm_head.weight": "output.weight"}
-    per_layer = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
-                 "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
-                 "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
-                 "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
-                 "mlp.down_proj.weight": "ffn_down.weight"}
-    for name, p in model.state_dict().items():
-        arr = p.detach().float().numpy()
-        if name.startswith("model.layers."):
-            n, rest = name[len("model.layers."):].split(".", 1)
-            gname = f"blk.{n}.{per_layer[rest]}"
-            if rest == "self_attn.q_proj.weight":
-                arr = _llama_cpp_permute(arr, cfg.num_attention_heads)
-            elif rest == "self_attn.k_proj.weight":
-                arr = _llama_cpp_permute(arr, cfg.num_key_value_heads)
-        else:
-            gname = names[name]
-        if quantize_embeddings and gname == "token_embd.weight":
-            q = gguf.quants.quantize(arr, gguf.GGMLQuantizationType.Q8_0)
-            w.add_tensor(gname, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
-        else:
-            w.add_tensor(gname, np.ascontiguousarray(arr, np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
 
 
 def test_gguf_import_undoes_llama_cpp_permutation(tmp_path):

@@ -21,8 +21,7 @@ import pytest
 from mindspore_eagle import assets
 from mindspore_eagle.checkpoint import CKPT_NAME, load_tensors
 from mindspore_eagle.errors import AssetError
-from tests.conftest import make_hf_checkpoint
-from tests.test_convert import write_tiny_gguf
+from tests.helpers import make_hf_checkpoint, write_tiny_gguf
 
 
 @pytest.fixture(scope="module")

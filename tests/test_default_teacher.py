@@ -6,25 +6,7 @@ import os
 import numpy as np
 import pytest
 
-
-PROMPTS = [
-    "What is the capital of France? Answer briefly.",
-    "Write a Python function that returns the factorial of n.",
-    "List three colours of the rainbow.",
-]
-
-
-@pytest.fixture(scope="module")
-def hf_smollm2():
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from mindspore_eagle.assets import default_gguf_path
-
-    gguf = default_gguf_path()
-    model = AutoModelForCausalLM.from_pretrained(os.path.dirname(gguf), gguf_file=os.path.basename(gguf),
-                                                 dtype=torch.float32)
-    return model.eval()
+from tests.helpers import DEFAULT_TEACHER_PROMPTS
 
 
 def test_default_teacher_greedy_matches_transformers_on_same_gguf(default_teacher, hf_smollm2):
@@ -33,7 +15,7 @@ def test_default_teacher_greedy_matches_transformers_on_same_gguf(default_teache
     from mindspore_eagle.engine import greedy_generate
 
     teacher, tok = default_teacher
-    for text in PROMPTS:
+    for text in DEFAULT_TEACHER_PROMPTS:
         ids = tok.encode_chat([{"role": "user", "content": text}])
         ours = greedy_generate(teacher, ids, max_new_tokens=24)
         with torch.no_grad():
@@ -48,7 +30,7 @@ def test_default_teacher_logits_close_to_transformers(default_teacher, hf_smollm
     from mindspore_eagle.tree import ForwardInputs, TreeLayout
 
     teacher, tok = default_teacher
-    ids = tok.encode_chat([{"role": "user", "content": PROMPTS[0]}])
+    ids = tok.encode_chat([{"role": "user", "content": DEFAULT_TEACHER_PROMPTS[0]}])
     bucket = teacher.runtime.buckets.fit(len(ids))  # one chunk: the prompt is shorter than the 64-token bucket
     ours = teacher.forward(ForwardInputs.for_tree(TreeLayout.chain(ids), 0, bucket, teacher.max_len)).logits[0, -1]
     with torch.no_grad():

@@ -12,46 +12,9 @@ from mindspore_eagle.engine import SpeculativeEngine, greedy_generate
 from mindspore_eagle.errors import ConfigError, TreeInvariantError
 from mindspore_eagle.teacher import Teacher
 from mindspore_eagle.tree import TreeLayout
-from tests.helpers import torch_greedy
+from tests.helpers import ScriptedProposer, torch_greedy
 
 RUNTIME = dict(max_cache_len=160, buckets=(1, 8, 16, 32), prefill_chunk=16)
-
-
-class ScriptedProposer:
-    """Test draft that knows the teacher's greedy continuation ``future`` and proposes from it.
-
-    mode "oracle": a chain of the next ``depth`` true tokens (every level accepted);
-    "wrong": a chain of tokens that are never the teacher's choice; "bushy": at every level a wrong sibling
-    placed *before* the true child, so accepted paths are not in place (their rows are moved by the commit).
-    """
-
-    def __init__(self, vocab, depth, mode):
-        self.vocab, self.depth, self.mode = vocab, depth, mode
-        self.max_nodes = 2 * depth + 1 if mode == "bushy" else depth + 1
-        self.future, self.pos = [], 0
-
-    def begin(self, prompt, aux, first):
-        self.pos = 1  # future[0] == first token (the root)
-        assert aux.shape[0] == len(prompt)
-
-    def propose(self, root):
-        assert root == self.future[self.pos - 1]
-        nxt = self.future[self.pos:self.pos + self.depth]
-        wrong = [(t + 1) % self.vocab for t in nxt]
-        if self.mode == "oracle":
-            return TreeLayout.from_parents([root] + nxt, [0] + list(range(len(nxt))))
-        if self.mode == "wrong":
-            return TreeLayout.from_parents([root] + wrong, [0] + list(range(len(wrong))))
-        tokens, parents, cur = [root], [0], 0
-        for t, w in zip(nxt, wrong):
-            tokens += [w, t]
-            parents += [cur, cur]
-            cur = len(tokens) - 1
-        return TreeLayout.from_parents(tokens, parents)
-
-    def accept(self, acc, aux):
-        assert aux.shape[0] == len(acc.path)
-        self.pos += len(acc.tokens)
 
 
 @pytest.fixture(scope="module")

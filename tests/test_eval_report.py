@@ -13,35 +13,19 @@ import pytest
 from mindspore_eagle import cli
 from mindspore_eagle.report import PLOTS_SKIPPED, load, report
 from mindspore_eagle.trace import read_trace
-
-
-def turn(tid, category, speedup, greedy_s, spec_s, cycles, emitted, lossless=True):
-    """A summary line as the runner writes it: 12 tokens; teacher 80% and draft 10% of the spec time."""
-    return {"record": "turn", "turn": tid, "category": category, "seed": 0, "rank": 0, "prompt_tokens": 5,
-            "tokens": 12, "spec_tokens": 12, "stop_reason": "max_new_tokens", "greedy_s": greedy_s, "spec_s": spec_s,
-            "greedy_ttft_s": 0.1, "spec_ttft_s": 0.1, "greedy_tok_s": 12 / greedy_s, "spec_tok_s": 12 / spec_s,
-            "speedup": speedup, "cycles": cycles, "emitted": emitted, "tau": emitted / cycles,
-            "spec_teacher_s": 0.8 * spec_s, "spec_draft_s": 0.1 * spec_s, "lossless": lossless,
-            "output_ids": list(range(12)), "spec_ids": None if lossless else [0] * 12}
-
-
-def step(tid, i, draft_ms):
-    """A step line as traces were written before the phase split (results/eval-default holds such traces)."""
-    return {"record": "step", "turn": tid, "step": i, "committed_len": 5 + i, "tree_nodes": 8, "bucket": 8,
-            "depth": 3, "accepted_len": 1, "bonus": 4, "path": [0, 1], "tokens": [3, 4], "commit_mode": "length",
-            "draft_ms": draft_ms, "verify_ms": 10.0, "commit_ms": 1.0, "teacher_ms": 9.0}
+from tests.helpers import legacy_step_record, turn_record
 
 
 @pytest.fixture
 def trace(tmp_path):
     # speedups 1.0, 2.0, 1.5, 3.0; per-turn tau 2, 4, 2, 5 (36 tokens over 13 cycles)
     lines = [{"record": "run", "config": {"max_new_tokens": 12}, "rank": 0, "world": 1, "selected": []},
-             step("humaneval-000", 0, 1.0), step("humaneval-000", 1, 3.0),
-             turn("humaneval-000", "humaneval", 1.0, 2.0, 2.0, 4, 8),
-             turn("humaneval-001", "humaneval", 2.0, 2.0, 1.0, 2, 8),
-             turn("mtbench-081-t1", "writing", 1.5, 3.0, 2.0, 5, 10),
-             turn("mtbench-081-t2", "writing", 3.0, 3.0, 1.0, 2, 10, lossless=False),
-             step("mtbench-082-t1", 0, 50.0)]  # an interrupted turn: steps, no summary
+             legacy_step_record("humaneval-000", 0, 1.0), legacy_step_record("humaneval-000", 1, 3.0),
+             turn_record("humaneval-000", "humaneval", 1.0, 2.0, 2.0, 4, 8),
+             turn_record("humaneval-001", "humaneval", 2.0, 2.0, 1.0, 2, 8),
+             turn_record("mtbench-081-t1", "writing", 1.5, 3.0, 2.0, 5, 10),
+             turn_record("mtbench-081-t2", "writing", 3.0, 3.0, 1.0, 2, 10, lossless=False),
+             legacy_step_record("mtbench-082-t1", 0, 50.0)]  # an interrupted turn: steps, no summary
     p = tmp_path / "traces.jsonl"
     p.write_text("\n".join(json.dumps(d) for d in lines) + "\n" + '{"record": "turn", "turn": "mtb')  # torn tail
     return str(p)
@@ -80,8 +64,8 @@ def test_report_math_on_a_hand_made_trace(trace):
 
 def test_overhead_share_is_host_time_only_in_current_traces(tmp_path):
     lines = [{"record": "run", "config": {}, "rank": 0, "world": 1, "selected": []},
-             {**turn("humaneval-000", "humaneval", 1.0, 2.0, 2.0, 4, 8), "spec_host_s": 0.05},
-             {**turn("humaneval-001", "humaneval", 2.0, 2.0, 1.0, 2, 8), "spec_host_s": 0.15}]
+             {**turn_record("humaneval-000", "humaneval", 1.0, 2.0, 2.0, 4, 8), "spec_host_s": 0.05},
+             {**turn_record("humaneval-001", "humaneval", 2.0, 2.0, 1.0, 2, 8), "spec_host_s": 0.15}]
     p = tmp_path / "t.jsonl"
     p.write_text("\n".join(json.dumps(d) for d in lines) + "\n")
     assert report(load([str(p)]))["overhead_share"] == 0.0667  # (0.05 + 0.15) s of 3 s spec time

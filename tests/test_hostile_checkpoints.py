@@ -25,9 +25,7 @@ from mindspore_eagle.draft import load_head
 from mindspore_eagle.errors import CheckpointError
 from mindspore_eagle.models.eagle3 import Eagle3DraftHead
 from mindspore_eagle.teacher import Teacher, setup_mindspore
-from tests.conftest import make_hf_checkpoint
-from tests.test_convert import write_tiny_gguf
-from tests.test_eagle3_head import PUBLIC_CONFIGS, public_tensors, write_public_head
+from tests.helpers import PUBLIC_CONFIGS, make_hf_checkpoint, public_tensors, write_public_head, write_tiny_gguf
 
 setup_mindspore()
 

@@ -16,8 +16,8 @@ import pytest
 from mindspore_eagle.config import TeacherConfig, read_config_json
 from mindspore_eagle.draft_config import DraftConfig
 from mindspore_eagle.errors import CheckpointError, ConfigError, TokenizerError
-from tests.test_eagle3_head import PUBLIC_CONFIGS
-from tests.test_tokenizer import _write_gguf, processor, sp_dir  # noqa: F401  (fixtures)
+from tests.helpers import PUBLIC_CONFIGS
+from tests.helpers import write_bpe_gguf
 
 HF = {"architectures": ["LlamaForCausalLM"], "vocab_size": 100, "hidden_size": 64, "intermediate_size": 96,
       "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5,
@@ -142,7 +142,7 @@ def test_teacher_directory_given_as_a_draft_head_says_so(hf_tiny, tmp_path):
 def bpe_dir(tmp_path):
     from mindspore_eagle.tokenizer import export_gguf_tokenizer
 
-    export_gguf_tokenizer(_write_gguf(tmp_path / "t.gguf"), tmp_path / "tok")
+    export_gguf_tokenizer(write_bpe_gguf(tmp_path / "t.gguf"), tmp_path / "tok")
     return tmp_path / "tok"
 
 
@@ -197,7 +197,7 @@ def test_a_copied_teacher_with_bad_generation_config_is_refused_on_load(hf_tiny,
 
     _, ms_dir, _ = hf_tiny("llama")
     shutil.copytree(ms_dir, tmp_path / "m")
-    export_gguf_tokenizer(_write_gguf(tmp_path / "t.gguf"), tmp_path / "m")
+    export_gguf_tokenizer(write_bpe_gguf(tmp_path / "t.gguf"), tmp_path / "m")
     (tmp_path / "m" / "generation_config.json").write_text(json.dumps({"eos_token_id": "2"}))
     with pytest.raises(TokenizerError, match="eos_token_id='2'"):
         load_tokenizer(tmp_path / "m")

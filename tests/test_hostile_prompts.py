@@ -18,7 +18,7 @@ import pytest
 from mindspore_eagle.errors import ConfigError, TokenizerError
 from mindspore_eagle.tokenizer import BPETokenizer, SentencePieceTokenizer, load_tokenizer
 from mindspore_eagle.verify import SamplingParams, sample_token
-from tests.test_tokenizer import _write_gguf, processor, sp_dir  # noqa: F401  (fixtures)
+from tests.helpers import write_bpe_gguf
 
 
 @pytest.mark.parametrize("field, value, needle", [
@@ -50,7 +50,7 @@ def test_every_accepted_seed_seeds_numpy(seed):
 
 @pytest.fixture(scope="module")
 def tokenizers(tmp_path_factory, sp_dir):  # noqa: F811
-    bpe = BPETokenizer.from_gguf(_write_gguf(tmp_path_factory.mktemp("bpe") / "t.gguf"))
+    bpe = BPETokenizer.from_gguf(write_bpe_gguf(tmp_path_factory.mktemp("bpe") / "t.gguf"))
     sp = load_tokenizer(sp_dir, chat_format="pangu")
     assert isinstance(sp, SentencePieceTokenizer)
     return {"bpe": bpe, "sentencepiece": sp}

@@ -16,7 +16,7 @@ from mindspore_eagle import cli
 from mindspore_eagle.errors import ConfigError
 from mindspore_eagle.report import load, report
 from mindspore_eagle.trace import read_trace
-from tests.test_eval_report import step, turn
+from tests.helpers import legacy_step_record, turn_record
 
 HEADER = {"record": "run", "config": {"max_new_tokens": 12}, "rank": 0, "world": 1, "selected": []}
 
@@ -27,8 +27,8 @@ def write_trace(path, records) -> str:
 
 
 def good():
-    return [copy.deepcopy(HEADER), step("humaneval-000", 0, 1.0), turn("humaneval-000", "humaneval", 1.0, 2.0, 2.0, 4, 8),
-            turn("humaneval-001", "humaneval", 2.0, 2.0, 1.0, 2, 8)]
+    return [copy.deepcopy(HEADER), legacy_step_record("humaneval-000", 0, 1.0), turn_record("humaneval-000", "humaneval", 1.0, 2.0, 2.0, 4, 8),
+            turn_record("humaneval-001", "humaneval", 2.0, 2.0, 1.0, 2, 8)]
 
 
 def test_the_untouched_trace_reads_and_reports(tmp_path):

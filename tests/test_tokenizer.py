@@ -23,7 +23,7 @@ from mindspore_eagle.tokenizer import (
     load_tokenizer,
     resolve_chat_format,
 )
-from tests.helpers import default_gguf_or_skip
+from tests.helpers import default_gguf_or_skip, write_bpe_gguf
 
 
 TEXTS = {
@@ -191,29 +191,6 @@ PLAIN_TEXTS = ["the quick brown fox", "你好世界 ok", "  two  spaces and\ttab
 
 
 @pytest.fixture(scope="module")
-def sp_dir(tmp_path_factory):
-    sentencepiece = pytest.importorskip("sentencepiece")
-    model_dir = tmp_path_factory.mktemp("pangu_sp")
-    rng = random.Random(0)
-    words = "the quick brown fox jumps over lazy dog draft tree token 系统 用户 助手 你好 世界 模型 ： 。".split()
-    lines = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(300)]
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_prefix=str(model_dir / "tokenizer"), vocab_size=400, model_type="bpe",
-        user_defined_symbols=["[unused9]", "[unused10]"], character_coverage=1.0, byte_fallback=True,
-        hard_vocab_limit=False, normalization_rule_name="identity", remove_extra_whitespaces=False,
-        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
-    (model_dir / "tokenizer.vocab").unlink()
-    return model_dir
-
-
-@pytest.fixture(scope="module")
-def processor(sp_dir):
-    import sentencepiece
-
-    return sentencepiece.SentencePieceProcessor(model_file=str(sp_dir / "tokenizer.model"))
-
-
-@pytest.fixture(scope="module")
 def pangu_dir(sp_dir, tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("pangu_cfg")
     (model_dir / "tokenizer.model").write_bytes((sp_dir / "tokenizer.model").read_bytes())
@@ -311,35 +288,18 @@ def test_unknown_chat_format_is_refused(processor):
         SentencePieceTokenizer(processor, {}, "pangu", chat_format="llama9")
 
 
-def _write_gguf(path: Path, model: str = "gpt2", pre: str = "gpt-2") -> Path:
-    import gguf
-
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_tokenizer_model(model)
-    writer.add_tokenizer_pre(pre)
-    writer.add_token_list(["a", "b", "ab", "<|end|>"])
-    writer.add_token_merges(["a b"])
-    writer.add_token_types([1, 1, 1, 3])
-    writer.add_eos_token_id(3)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
-
-
 def test_gguf_with_unsupported_tokenizer_is_refused(tmp_path):
     with pytest.raises(TokenizerError, match="tokenizer.ggml.pre='mystery'"):
-        BPETokenizer.from_gguf(_write_gguf(tmp_path / "pre.gguf", pre="mystery"))
+        BPETokenizer.from_gguf(write_bpe_gguf(tmp_path / "pre.gguf", pre="mystery"))
     with pytest.raises(TokenizerError, match="tokenizer.ggml.model='llama'"):
-        BPETokenizer.from_gguf(_write_gguf(tmp_path / "model.gguf", model="llama"))
+        BPETokenizer.from_gguf(write_bpe_gguf(tmp_path / "model.gguf", model="llama"))
     (tmp_path / "junk.gguf").write_bytes(b"not a gguf file at all")
     with pytest.raises(TokenizerError, match="junk.gguf: not a readable GGUF file"):
         BPETokenizer.from_gguf(tmp_path / "junk.gguf")
 
 
 def test_tiny_gguf_without_chat_template_cannot_render_chats(tmp_path):
-    tok = BPETokenizer.from_gguf(_write_gguf(tmp_path / "tiny.gguf"))
+    tok = BPETokenizer.from_gguf(write_bpe_gguf(tmp_path / "tiny.gguf"))
     assert tok.encode("abab<|end|>") == [2, 2, 3] and tok.eos_token_ids == (3,) and tok.bos_token_id is None
     with pytest.raises(TokenizerError, match="no chat template"):
         tok.apply_chat_template([{"role": "user", "content": "ab"}])

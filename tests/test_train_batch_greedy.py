@@ -155,7 +155,7 @@ def test_wrapping_keeps_the_teacher_parameter_names(teachers):
 def test_default_model_batched_turns_equal_single_sequence_greedy_and_full_topk():
     """The default SmolLM2 teacher, chat-templated text turns (one with a second turn on its own answer): B=4
     slots against B=1 greedy decoding, and the stored top-k against one B=1 forward of the whole sequence."""
-    from tests.conftest import default_model_or_skip
+    from tests.helpers import default_model_or_skip
 
     from mindspore_eagle.config import RuntimeConfig
     from mindspore_eagle.engine import greedy_generate

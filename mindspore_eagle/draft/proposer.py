@@ -237,15 +237,16 @@ def default_head_dir() -> str:
     return os.path.join(here, "assets", "heads", "smollm2-135m-eagle3")
 
 
-def load_head(path: str, max_len: int, attention: AttentionChoice = AttentionChoice()) -> Eagle3DraftHead:
-    """A head directory in our converted format (``weights.safetensors``) or the public one (converted in memory)."""
+def load_head(path: str, max_len: int, attention: AttentionChoice = AttentionChoice(), matmul=None) -> Eagle3DraftHead:
+    """A head directory in our converted format (``weights.safetensors``) or the public one (converted in memory);
+    ``attention`` / ``matmul``: the teacher's choices (``Teacher.attention``, ``Teacher.matmul``)."""
     if not os.path.isdir(path):
         raise AssetError(f"draft head directory {path} does not exist")
     if os.path.isfile(os.path.join(path, CKPT_NAME)):
-        return Eagle3DraftHead.load(path, max_len=max_len, attention=attention)
+        return Eagle3DraftHead.load(path, max_len=max_len, attention=attention, matmul=matmul)
     from ..convert.eagle3 import load_public_head
 
-    return load_public_head(path, max_len=max_len, attention=attention)
+    return load_public_head(path, max_len=max_len, attention=attention, matmul=matmul)
 
 
 def load_proposer(draft_dir: str | None, teacher, budget: TreeBudget, window: int | None = None
@@ -257,7 +258,7 @@ def load_proposer(draft_dir: str | None, teacher, budget: TreeBudget, window: in
     if draft_dir is None and not os.path.isdir(path):
         raise AssetError(f"no default draft head at {path}: train it with scripts/train_default_head.sh or pass "
                          "--draft HEAD_DIR")
-    head = load_head(path, draft_cache_len(teacher.max_len, budget), teacher.attention)
+    head = load_head(path, draft_cache_len(teacher.max_len, budget), teacher.attention, teacher.matmul)
     return Eagle3Proposer.for_teacher(head, teacher, budget, window)
 
 

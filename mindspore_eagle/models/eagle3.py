@@ -37,6 +37,7 @@ from ..attention import AttentionChoice
 from ..checkpoint import CKPT_NAME, load_array, load_strict
 from ..draft_config import DraftConfig
 from ..errors import CheckpointError
+from ..kernels import MatmulChoice, pack_weights, select_matmul
 from .layers import CachedAttention, Embedding, Linear, RMSNorm, SwiGLU, rope_tables, write_index
 
 D2T_FILE = "d2t.npy"
@@ -46,24 +47,26 @@ T2D_FILE = "t2d.npy"
 class Eagle3Attention(CachedAttention):
     """``CachedAttention`` whose q/k/v projections read the 2H-wide [embedding | hidden] input (o_proj -> H)."""
 
-    def __init__(self, cfg: DraftConfig, batch_size: int, max_len: int, attention: AttentionChoice):
-        super().__init__(cfg, batch_size, max_len, attention)
+    def __init__(self, cfg: DraftConfig, batch_size: int, max_len: int, attention: AttentionChoice,
+                 matmul: MatmulChoice | None = None):
+        super().__init__(cfg, batch_size, max_len, attention, matmul)
         two_h, d = 2 * cfg.hidden_size, cfg.head_dim
-        self.q_proj = Linear(two_h, cfg.num_heads * d, cfg.attention_bias)
-        self.k_proj = Linear(two_h, cfg.num_kv_heads * d, cfg.attention_bias)
-        self.v_proj = Linear(two_h, cfg.num_kv_heads * d, cfg.attention_bias)
+        self.q_proj = Linear(two_h, cfg.num_heads * d, cfg.attention_bias, matmul)
+        self.k_proj = Linear(two_h, cfg.num_kv_heads * d, cfg.attention_bias, matmul)
+        self.v_proj = Linear(two_h, cfg.num_kv_heads * d, cfg.attention_bias, matmul)
 
 
 class Eagle3DecoderLayer(nn.Cell):
     """``midlayer``: attention over concat(input_layernorm(embeds), hidden_norm(hidden)), residual on hidden."""
 
-    def __init__(self, cfg: DraftConfig, batch_size: int, max_len: int, attention: AttentionChoice):
+    def __init__(self, cfg: DraftConfig, batch_size: int, max_len: int, attention: AttentionChoice,
+                 matmul: MatmulChoice | None = None):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Eagle3Attention(cfg, batch_size, max_len, attention)
+        self.self_attn = Eagle3Attention(cfg, batch_size, max_len, attention, matmul)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, matmul)
 
     def construct(self, embeds, hidden, cos, sin, mask, write_idx):
         x = ops.concat((self.input_layernorm(embeds), self.hidden_norm(hidden)), -1)  # [B, T, 2H]
@@ -81,19 +84,22 @@ class Eagle3DraftHead(nn.Cell):
 
     Pieces used by tree growth: ``decode`` (same step with an already-fused / recycled hidden),
     ``compute_logits`` (draft-vocabulary logits) and ``to_target`` (draft ids -> target ids).
+
+    ``matmul`` chooses the Linears' implementation (default MindSpore's MatMul, the one with a gradient: the
+    trainer keeps it); custom kernels are packed by ``load`` (or ``kernels.pack_weights``) after loading.
     """
 
     def __init__(self, cfg: DraftConfig, batch_size: int = 1, max_len: int = 1024,
-                 attention: AttentionChoice = AttentionChoice()):
+                 attention: AttentionChoice = AttentionChoice(), matmul: MatmulChoice | None = None):
         super().__init__()
         self.cfg = cfg
         self.batch_size = batch_size
         self.max_len = max_len
         self.hidden_size = cfg.hidden_size
-        self.fc = Linear(3 * cfg.target_hidden_size, cfg.hidden_size)
-        self.midlayer = Eagle3DecoderLayer(cfg, batch_size, max_len, attention)
+        self.fc = Linear(3 * cfg.target_hidden_size, cfg.hidden_size, matmul=matmul)
+        self.midlayer = Eagle3DecoderLayer(cfg, batch_size, max_len, attention, matmul)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.lm_head = Linear(cfg.hidden_size, cfg.draft_vocab_size)
+        self.lm_head = Linear(cfg.hidden_size, cfg.draft_vocab_size, matmul=matmul)
         self.own_embedding = cfg.target_hidden_size != cfg.hidden_size
         if self.own_embedding:
             self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
@@ -129,8 +135,9 @@ class Eagle3DraftHead(nn.Cell):
 
     # ---- host side -----------------------------------------------------------------------------------
     def weight_parameters(self) -> dict:
-        """Name -> Parameter of every checkpointed weight (KV cache and vocabulary map excluded)."""
-        return {p.name: p for p in self.get_parameters() if not p.name.endswith(("k_cache", "v_cache", "d2t"))}
+        """Name -> Parameter of every checkpointed weight (KV cache, vocabulary map, packed kernel copies excluded)."""
+        return {p.name: p for p in self.get_parameters()
+                if not p.name.endswith(("k_cache", "v_cache", "d2t", "packed_weight"))}
 
     def cache_parameters(self) -> list:
         """The head's ``(k_cache, v_cache)`` Parameter pair, as a one-layer list (same protocol as the teacher)."""
@@ -152,11 +159,12 @@ class Eagle3DraftHead(nn.Cell):
 
     @classmethod
     def load(cls, model_dir: str, batch_size: int = 1, max_len: int = 1024,
-             attention: AttentionChoice = AttentionChoice()) -> "Eagle3DraftHead":
+             attention: AttentionChoice = AttentionChoice(), matmul: MatmulChoice | None = None) -> "Eagle3DraftHead":
         """Load a converted head directory (``config.json``, ``weights.safetensors``, ``d2t.npy``/``t2d.npy``), strictly."""
         cfg = DraftConfig.load(model_dir)
-        head = cls(cfg, batch_size, max_len, attention)
+        head = cls(cfg, batch_size, max_len, attention, select_matmul(matmul))
         load_strict(head.weight_parameters(), os.path.join(model_dir, CKPT_NAME))
+        pack_weights(head)
         if cfg.has_vocab_map:
             paths = [os.path.join(model_dir, f) for f in (D2T_FILE, T2D_FILE)]
             missing = [p for p in paths if not os.path.isfile(p)]

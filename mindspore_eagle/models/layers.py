@@ -3,7 +3,8 @@
 Why these are written by hand: on the CPU backend MindSpore has no fused RMSNorm, RoPE or attention kernel,
 and ``nn.Dense`` stores weights ``[out, in]`` and multiplies 3-D by 2-D, which lowers to
 BroadcastTo + BatchMatMul (measured 5x slower). Every Linear here keeps its weight ``[in, out]`` and does one
-2-D ``MatMul`` on the flattened tokens.
+2-D ``MatMul`` on the flattened tokens -- or, with ``MatmulChoice(backend="custom")``, one call of the
+batch-invariant kernel of ``mindspore_eagle.kernels`` on a packed copy of the weight.
 
 Parameter names mirror HuggingFace (``self_attn.q_proj.weight`` ...) so a checkpoint maps onto this model
 by name; only the orientation of Linear weights differs (transposed by the converter).
@@ -20,12 +21,17 @@ from mindspore import Parameter, Tensor, nn, ops
 from .. import attention
 from ..config import RopeScaling, TeacherConfig
 from ..errors import ConfigError
+from ..kernels import LinearKernel, MatmulChoice
 
 
 class Linear(nn.Cell):
-    """``y = x @ weight + bias`` with ``weight [in, out]``, one 2-D matmul over all leading dims."""
+    """``y = x @ weight + bias`` with ``weight [in, out]``, one 2-D matmul over all leading dims.
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = False):
+    ``matmul`` chooses the implementation (default: MindSpore's MatMul). A custom choice multiplies with a
+    packed copy of ``weight`` that ``pack_kernel()`` fills (``kernels.pack_weights``) after loading.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False, matmul: MatmulChoice | None = None):
         super().__init__()
         self.in_features = in_features
         self.out_features = out_features
@@ -34,12 +40,25 @@ class Linear(nn.Cell):
         if bias:
             self.bias = Parameter(Tensor(np.zeros((out_features,), np.float32)), name="bias")
         self.matmul = ops.MatMul()
+        self.custom = matmul is not None and matmul.custom
+        if self.custom:
+            self.kernel = LinearKernel(in_features, out_features, matmul.dtype, bias)
+
+    def pack_kernel(self) -> None:
+        if self.custom:
+            self.kernel.pack(self.weight.asnumpy())
 
     def construct(self, x):
         lead = x.shape[:-1]
-        y = self.matmul(x.reshape(-1, self.in_features), self.weight)  # [prod(lead), out]
-        if self.has_bias:
-            y = y + self.bias
+        x2 = x.reshape(-1, self.in_features)  # [prod(lead), in]
+        if self.custom and self.has_bias:
+            y = self.kernel(x2, self.bias)
+        elif self.custom:
+            y = self.kernel(x2, None)
+        else:
+            y = self.matmul(x2, self.weight)  # [prod(lead), out]
+            if self.has_bias:
+                y = y + self.bias
         return y.reshape(lead + (self.out_features,))
 
 
@@ -118,14 +137,14 @@ class CachedAttention(nn.Cell):
     """
 
     def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int,
-                 choice: attention.AttentionChoice = attention.AttentionChoice()):
+                 choice: attention.AttentionChoice = attention.AttentionChoice(), matmul: MatmulChoice | None = None):
         super().__init__()
         h, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.num_heads, self.num_kv_heads, self.head_dim = h, hkv, d
-        self.q_proj = Linear(cfg.hidden_size, h * d, cfg.qkv_bias)
-        self.k_proj = Linear(cfg.hidden_size, hkv * d, cfg.qkv_bias)
-        self.v_proj = Linear(cfg.hidden_size, hkv * d, cfg.qkv_bias)
-        self.o_proj = Linear(h * d, cfg.hidden_size, cfg.o_bias)
+        self.q_proj = Linear(cfg.hidden_size, h * d, cfg.qkv_bias, matmul)
+        self.k_proj = Linear(cfg.hidden_size, hkv * d, cfg.qkv_bias, matmul)
+        self.v_proj = Linear(cfg.hidden_size, hkv * d, cfg.qkv_bias, matmul)
+        self.o_proj = Linear(h * d, cfg.hidden_size, cfg.o_bias, matmul)
         if not isinstance(choice, attention.AttentionChoice):
             raise ConfigError(f"CachedAttention: attention choice must be an AttentionChoice, got {choice!r}")
         self.core = attention.make_core(h, hkv, d, choice)
@@ -155,11 +174,11 @@ class CachedAttention(nn.Cell):
 class SwiGLU(nn.Cell):
     """``down(silu(gate(x)) * up(x))``."""
 
-    def __init__(self, hidden: int, intermediate: int):
+    def __init__(self, hidden: int, intermediate: int, matmul: MatmulChoice | None = None):
         super().__init__()
-        self.gate_proj = Linear(hidden, intermediate)
-        self.up_proj = Linear(hidden, intermediate)
-        self.down_proj = Linear(intermediate, hidden)
+        self.gate_proj = Linear(hidden, intermediate, matmul=matmul)
+        self.up_proj = Linear(hidden, intermediate, matmul=matmul)
+        self.down_proj = Linear(intermediate, hidden, matmul=matmul)
 
     def construct(self, x):
         return self.down_proj(ops.silu(self.gate_proj(x)) * self.up_proj(x))

@@ -15,16 +15,18 @@ from mindspore import Tensor, nn, ops
 
 from ..attention import AttentionChoice
 from ..config import TeacherConfig
+from ..kernels import LinearKernel, MatmulChoice
 from .layers import CachedAttention, Embedding, Linear, RMSNorm, SwiGLU, rope_tables, write_index
 
 
 class DecoderLayer(nn.Cell):
-    def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int, attention: AttentionChoice):
+    def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int, attention: AttentionChoice,
+                 matmul: MatmulChoice | None = None):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = CachedAttention(cfg, batch_size, max_len, attention)
+        self.self_attn = CachedAttention(cfg, batch_size, max_len, attention, matmul)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, matmul)
 
     def construct(self, x, cos, sin, mask, write_idx):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, write_idx)
@@ -32,10 +34,12 @@ class DecoderLayer(nn.Cell):
 
 
 class PanguModel(nn.Cell):
-    def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int, attention: AttentionChoice):
+    def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int, attention: AttentionChoice,
+                 matmul: MatmulChoice | None = None):
         super().__init__()
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.CellList([DecoderLayer(cfg, batch_size, max_len, attention) for _ in range(cfg.num_layers)])
+        self.layers = nn.CellList([DecoderLayer(cfg, batch_size, max_len, attention, matmul)
+                                   for _ in range(cfg.num_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
 
@@ -46,21 +50,26 @@ class PanguForCausalLM(nn.Cell):
     (see ``mindspore_eagle.tree.mask``); ``logits [B, T, vocab]``; ``aux_hidden [B, T, 3 * hidden]``.
     Positions index the rotary table; ``cache_rows`` say where each token's K/V is written. They usually
     coincide for a chain, and differ inside a tree (a node at depth d has position L + d but row L + i).
-    ``attention`` picks the attention core of every layer (``mindspore_eagle.attention``; default: primitives).
+    ``attention`` picks the attention core of every layer (``mindspore_eagle.attention``; default: primitives);
+    ``matmul`` chooses every Linear's implementation and the tied LM head's (default: MindSpore's MatMul);
+    custom kernels are filled by ``kernels.pack_weights`` after the weights are loaded.
     """
 
     def __init__(self, cfg: TeacherConfig, batch_size: int = 1, max_len: int = 1024,
-                 attention: AttentionChoice = AttentionChoice()):
+                 attention: AttentionChoice = AttentionChoice(), matmul: MatmulChoice | None = None):
         super().__init__()
         self.cfg = cfg
         self.batch_size = batch_size
         self.max_len = max_len
         self.attention = attention  # the draft head drafting for this teacher is built with the same choice
-        self.model = PanguModel(cfg, batch_size, max_len, attention)
+        self.model = PanguModel(cfg, batch_size, max_len, attention, matmul)
         if not cfg.tie_word_embeddings:
-            self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size)
+            self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, matmul=matmul)
         self.tied = cfg.tie_word_embeddings
         self.logits_matmul = ops.MatMul(transpose_b=True)
+        self.tied_custom = self.tied and matmul is not None and matmul.custom
+        if self.tied_custom:  # logits = h @ embed_tokens.weight^T on a packed copy of the table
+            self.tied_kernel = LinearKernel(cfg.hidden_size, cfg.vocab_size, matmul.dtype, transposed=True)
         n_pos = max(cfg.max_position_embeddings, max_len)
         cos, sin = rope_tables(cfg, n_pos)
         self.cos_table = Tensor(cos)  # [P, D] constants, gathered by position
@@ -81,16 +90,24 @@ class PanguForCausalLM(nn.Cell):
         taps = tuple(inputs[i] for i in self.aux_ids)  # in aux_layer_ids order, repeats allowed
         h = self.model.norm(x)
         h2 = h.reshape(b * t, -1)
-        if self.tied:
+        if self.tied_custom:
+            logits = self.tied_kernel(h2, None)
+        elif self.tied:
             logits = self.logits_matmul(h2, self.model.embed_tokens.weight)
         else:
-            logits = ops.MatMul()(h2, self.lm_head.weight)
+            logits = self.lm_head(h2)
         logits = logits.reshape(b, t, -1)
         return logits, ops.concat(taps, -1)
 
+    def pack_kernel(self) -> None:
+        """Pack the tied LM head's kernel from the embedding table (``kernels.pack_weights`` calls this)."""
+        if self.tied_custom:
+            self.tied_kernel.pack(self.model.embed_tokens.weight.asnumpy())
+
     def weight_parameters(self) -> dict:
-        """Name -> Parameter for every checkpointed weight (KV cache buffers excluded)."""
-        return {p.name: p for p in self.get_parameters() if not p.name.endswith(("k_cache", "v_cache"))}
+        """Name -> Parameter for every checkpointed weight (KV cache buffers and packed kernel copies excluded)."""
+        return {p.name: p for p in self.get_parameters()
+                if not p.name.endswith(("k_cache", "v_cache", "packed_weight"))}
 
     def cache_parameters(self) -> list:
         """The per-layer ``(k_cache, v_cache)`` Parameter pairs, in layer order."""

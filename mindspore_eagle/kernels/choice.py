@@ -1,0 +1,47 @@
+"""``MatmulChoice``: which implementation a ``Linear`` (and the tied LM head) multiplies with.
+
+Passed explicitly from the one builder that knows it (``Teacher.load``, ``Eagle3DraftHead.load``, a script)
+down through the model constructors to every ``Linear``; there is no process-wide default to change. The
+default, ``MatmulChoice()``, is MindSpore's own ``MatMul`` in fp32: what every model did before the kernels.
+
+    MatmulChoice("mindspore", "float32")   ops.MatMul on the weight Parameter (has a gradient: training uses it)
+    MatmulChoice("custom", "float32")      the AVX-512 kernel of kernels/linear.cc on a packed fp32 copy
+    MatmulChoice("custom", "bfloat16")     the AVX512-BF16 kernel: bf16 weights and activations, fp32 sums
+
+The custom kernels have no backward pass (no ``bprop``): a trainer must keep the "mindspore" choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+MINDSPORE = "mindspore"
+CUSTOM = "custom"
+BACKENDS = (MINDSPORE, CUSTOM)
+DTYPES = ("float32", "bfloat16")
+
+
+@dataclass(frozen=True)
+class MatmulChoice:
+    """The matmul backend and its compute dtype (inputs and outputs of a Linear stay fp32 either way)."""
+
+    backend: str = MINDSPORE
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"MatmulChoice.backend={self.backend!r}: expected one of {BACKENDS}")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"MatmulChoice.dtype={self.dtype!r}: expected one of {DTYPES}")
+        if self.backend == MINDSPORE and self.dtype != "float32":
+            raise ConfigError(f"MatmulChoice(backend='mindspore', dtype={self.dtype!r}): MindSpore's CPU MatMul "
+                              "has no bf16 kernel; use backend='custom' for bfloat16")
+
+    @property
+    def custom(self) -> bool:
+        return self.backend == CUSTOM
+
+
+__all__ = ["BACKENDS", "CUSTOM", "DTYPES", "MINDSPORE", "MatmulChoice"]

@@ -1,0 +1,131 @@
+"""The custom linear kernel as a MindSpore Cell, and the host steps around it (choice, packing, checks).
+
+``LinearKernel`` holds the packed copy of one weight (``packed_weight``, a non-trainable Parameter, NaN until
+packed so a forgotten packing step cannot pass for a result) and calls the AOT Custom op of ``linear.cc``:
+``y [M, N] = x [M, K] @ W (+ bias)``, fp32 in and out. Packing happens once, after the checkpoint is loaded
+and before the first graph runs (``pack_weights``), because a Parameter whose data is replaced after a graph
+ran is silently detached from it.
+
+Who packs what: every Cell with a ``pack_kernel()`` method packs its own kernels from its own weights
+(``Linear`` from ``weight``, the teacher's tied LM head from the embedding table). ``pack_weights(root)``
+calls them all; ``Teacher.load`` and ``Eagle3DraftHead.load`` do so after ``load_strict``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+from mindspore import Parameter, Tensor, nn, ops
+
+from ..errors import ConfigError
+from . import build
+from .choice import CUSTOM, MINDSPORE, MatmulChoice
+from .layout import pack_bf16, pack_f32, packed_shape
+
+_FUNCS = {("float32", False): "MseLinearF32", ("float32", True): "MseLinearF32Bias",
+          ("bfloat16", False): "MseLinearBf16", ("bfloat16", True): "MseLinearBf16Bias"}
+
+
+def kernel_status(dtype: str):
+    """``build.KernelStatus`` of the custom kernels for ``dtype`` on this machine (built on first use)."""
+    return build.load().for_dtype(dtype)
+
+
+def select_matmul(requested: MatmulChoice | None, log=None) -> MatmulChoice:
+    """``requested`` when it can run here; otherwise MindSpore's fp32 MatMul, with a one-line message on ``log``
+    (default stderr) naming why. Called by the builder that chose the backend, once per model."""
+    requested = requested or MatmulChoice()
+    if not requested.custom:
+        return requested
+    status = kernel_status(requested.dtype)
+    if status.library is not None:
+        return requested
+    print(f"mindspore_eagle: custom {requested.dtype} linear kernel unavailable ({status.reason}); "
+          "using MindSpore's float32 MatMul", file=log or sys.stderr)
+    return MatmulChoice(MINDSPORE, "float32")
+
+
+def matmul_for(runtime) -> MatmulChoice:
+    """The ``MatmulChoice`` of a ``RuntimeConfig``: its ``dtype``, on the custom kernel when ``matmul`` is "custom",
+    or "auto" and the kernel runs here; "auto" in float32 falls back to MindSpore's MatMul with a one-line message
+    (``select_matmul``). A bfloat16 or "custom" request the kernel cannot serve is a ConfigError: never a silent
+    change of precision. Other devices than the CPU use MindSpore's MatMul."""
+    if runtime.device != "CPU" or runtime.matmul == MINDSPORE:
+        return MatmulChoice(MINDSPORE, "float32")
+    requested = MatmulChoice(CUSTOM, runtime.dtype)
+    if runtime.matmul == CUSTOM or runtime.dtype == "bfloat16":
+        status = kernel_status(runtime.dtype)
+        if status.library is None:
+            raise ConfigError(f"--dtype {runtime.dtype} --matmul {runtime.matmul}: the custom {runtime.dtype} linear "
+                              f"kernel cannot run here ({status.reason}); use --matmul mindspore (float32 only)")
+        return requested
+    return select_matmul(requested)
+
+
+class LinearKernel(nn.Cell):
+    """``construct(x [M, K], bias [N] | None) -> [M, N]`` on the packed copy of a ``[K, N]`` weight.
+
+    ``transposed``: the weight handed to ``pack`` is stored ``[N, K]`` (the tied LM head's embedding table).
+    ``bias``: whether ``construct`` receives a bias (added inside the kernel, after the K reduction).
+    """
+
+    def __init__(self, in_features: int, out_features: int, dtype: str, bias: bool = False, transposed: bool = False):
+        super().__init__()
+        if in_features < 1 or out_features < 1:
+            raise ConfigError(f"LinearKernel({in_features}, {out_features}): both sizes must be >= 1")
+        status = kernel_status(dtype)
+        if status.library is None:
+            raise ConfigError(f"MatmulChoice(backend='custom', dtype={dtype!r}) cannot run here: {status.reason} "
+                              "(kernels.select_matmul falls back to MindSpore's MatMul)")
+        self.in_features, self.out_features = in_features, out_features
+        self.dtype, self.has_bias, self.transposed = dtype, bias, transposed
+        shape = packed_shape(in_features, out_features, dtype)
+        # NaN until packed: fp32 NaN, or the bf16 NaN pattern 0x7FC0 in int16 bits
+        init = np.full(shape, 0x7FC0, np.int16) if dtype == "bfloat16" else np.full(shape, np.nan, np.float32)
+        self.packed_weight = Parameter(Tensor(init), name="packed_weight", requires_grad=False)
+        self.packed = False  # host flag, set by pack()
+        n = out_features
+
+        def infer_shape(x, w, *bias_shape):
+            return [x[0], n]
+
+        def infer_dtype(x, w, *bias_dtype):
+            return x
+
+        self.op = ops.Custom(status.library.symbol(_FUNCS[(dtype, bias)]), out_shape=infer_shape,
+                             out_dtype=infer_dtype, func_type="aot")
+
+    def pack(self, weight: np.ndarray) -> None:
+        """Fill the packed copy from ``weight`` (``[K, N]``, or ``[N, K]`` when ``transposed``)."""
+        expect = (self.out_features, self.in_features) if self.transposed else (self.in_features, self.out_features)
+        if tuple(weight.shape) != expect:
+            raise ConfigError(f"LinearKernel.pack: weight of shape {tuple(weight.shape)}, expected {expect}")
+        fn = pack_bf16 if self.dtype == "bfloat16" else pack_f32
+        self.packed_weight.set_data(Tensor(fn(weight, self.transposed)))
+        self.packed = True
+
+    def construct(self, x, bias):
+        if self.has_bias:
+            return self.op(x, self.packed_weight, bias)
+        return self.op(x, self.packed_weight)
+
+
+def pack_weights(root: nn.Cell) -> int:
+    """Call ``pack_kernel()`` on every cell of ``root`` that has one; return how many kernels are packed."""
+    for _, cell in root.cells_and_names():
+        pack = getattr(cell, "pack_kernel", None)
+        if callable(pack):
+            pack()
+    return sum(1 for _, c in root.cells_and_names() if isinstance(c, LinearKernel) and c.packed)
+
+
+def check_packed(root: nn.Cell) -> None:
+    """ConfigError naming every custom kernel of ``root`` whose packed weight was never filled."""
+    missing = [name for name, c in root.cells_and_names() if isinstance(c, LinearKernel) and not c.packed]
+    if missing:
+        raise ConfigError(f"{len(missing)} custom linear kernels were never packed (first: {missing[0]}); call "
+                          "kernels.pack_weights(model) after loading the weights and before the first forward")
+
+
+__all__ = ["LinearKernel", "check_packed", "kernel_status", "matmul_for", "pack_weights", "select_matmul"]

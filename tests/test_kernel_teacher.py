@@ -1,0 +1,135 @@
+"""A teacher built with the custom linear kernels: fp32 stays the parity path against transformers, a row's
+logits are bit-identical in a 1-token decode and inside a 16-token forward (batch invariance end to end), and
+speculative output equals the same teacher's greedy output in fp32 and bf16 (tiny random checkpoints; the
+default model is covered by test_kernel_lossless_default.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mindspore_eagle.config import RuntimeConfig
+from mindspore_eagle.engine import SpeculativeEngine
+from mindspore_eagle.kernels import MatmulChoice
+from mindspore_eagle.teacher import Teacher
+from mindspore_eagle.tree import ForwardInputs, TreeLayout
+from tests.helpers import ScriptedProposer, require_kernel
+
+RUNTIME = RuntimeConfig(max_cache_len=160, buckets=(1, 8, 16, 32), prefill_chunk=16)
+DTYPES = ("float32", "bfloat16")
+KINDS = ("pangu", "llama")  # biases on q/k/v/o and an untied head; no bias and the tied (transposed) head
+
+
+@pytest.fixture(scope="module")
+def kernel_teachers(hf_tiny):
+    made = {}
+
+    def get(kind, dtype):
+        require_kernel(dtype)
+        if (kind, dtype) not in made:
+            _, ms_dir, torch_model = hf_tiny(kind)
+            made[kind, dtype] = (Teacher.load(ms_dir, RUNTIME, matmul=MatmulChoice("custom", dtype)), torch_model)
+        return made[kind, dtype]
+
+    return get
+
+
+def chain(teacher, ids, start):
+    """One forward of ``ids`` as a chain from row ``start``, in the smallest bucket that holds it."""
+    bucket = teacher.runtime.buckets.fit(len(ids))
+    return teacher.forward(ForwardInputs.for_tree(TreeLayout.chain(list(ids)), start, bucket, teacher.max_len))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_fp32_kernel_teacher_matches_transformers(kernel_teachers, kind):
+    import torch
+
+    teacher, torch_model = kernel_teachers(kind, "float32")
+    prompt = [int(t) for t in np.random.default_rng(1).integers(0, teacher.cfg.vocab_size, 16)]
+    ours = chain(teacher, prompt, 0).logits[0]
+    with torch.no_grad():
+        ref = torch_model(torch.tensor([prompt])).logits[0].numpy()
+    assert np.abs(ours - ref).max() <= 1e-4, np.abs(ours - ref).max()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_row_logits_identical_in_decode_and_in_a_16_token_forward(kernel_teachers, kind, dtype):
+    teacher, _ = kernel_teachers(kind, dtype)
+    rng = np.random.default_rng(2)
+    prefix = rng.integers(0, teacher.cfg.vocab_size, 40)
+    tokens = rng.integers(0, teacher.cfg.vocab_size, 16)
+    for off in range(0, 40, 16):
+        chain(teacher, prefix[off:off + 16], off)
+    block = chain(teacher, tokens, 40)  # one forward, bucket 16
+    for i in range(16):  # the same tokens one decode at a time (bucket 1), rows 40 + i
+        one = chain(teacher, tokens[i:i + 1], 40 + i)
+        assert np.array_equal(one.logits[0, 0].view(np.uint32), block.logits[0, i].view(np.uint32)), i
+        assert np.array_equal(one.aux_hidden[0, 0].view(np.uint32), block.aux_hidden[0, i].view(np.uint32)), i
+
+
+@pytest.mark.parametrize("draft", ["oracle", "wrong", "bushy"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_speculative_output_equals_greedy_with_kernels(kernel_teachers, dtype, draft):
+    teacher, _ = kernel_teachers("pangu", dtype)
+    for prompt in ([3, 17, 42, 5], [9, 9, 9, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15, 16, 20]):
+        greedy = list(SpeculativeEngine(teacher).generate(prompt, 32).tokens)
+        proposer = ScriptedProposer(teacher.cfg.vocab_size, depth=4, mode=draft)
+        proposer.future = greedy
+        gen = SpeculativeEngine(teacher).generate(prompt, 24, proposer=proposer)
+        assert list(gen.tokens) == greedy[:24]
+        if draft == "oracle":
+            assert all(s.accepted_len == 4 for s in gen.steps[:-1])
+
+
+def test_bf16_kernel_teacher_is_close_to_fp32_but_not_equal(kernel_teachers):
+    """bf16 is a different precision, not a broken one: logits track fp32 closely (and differ, so the bf16 path
+    really runs)."""
+    t32, _ = kernel_teachers("llama", "float32")
+    t16, _ = kernel_teachers("llama", "bfloat16")
+    prompt = list(range(1, 17))
+    a, b = chain(t32, prompt, 0).logits[0], chain(t16, prompt, 0).logits[0]
+    assert not np.array_equal(a, b)
+    assert np.abs(a - b).max() <= 0.05 * np.abs(a).max()
+
+
+def test_teacher_load_falls_back_to_mindspore_matmul_with_a_message(hf_tiny, monkeypatch, capsys):
+    from mindspore_eagle.kernels import LinearKernel, build
+    from mindspore_eagle.kernels import ops as kernel_ops
+
+    _, ms_dir, _ = hf_tiny("llama")
+    monkeypatch.setattr(kernel_ops, "kernel_status", lambda dtype: build.KernelStatus(None, "processor lacks AVX-512"))
+    teacher = Teacher.load(ms_dir, RUNTIME, matmul=MatmulChoice("custom", "bfloat16"))
+    assert not [c for _, c in teacher.cell.cells_and_names() if isinstance(c, LinearKernel)]
+    err = capsys.readouterr().err
+    assert "processor lacks AVX-512" in err and "MindSpore" in err
+
+
+@pytest.mark.parametrize("config", ["mapped", "wide_teacher"])  # no bias / attention biases, own embeddings
+def test_eagle3_head_with_fp32_kernels_equals_numpy_reference(tmp_path, config):
+    import mindspore as ms
+
+    from ckpt_convert import convert_eagle3
+    from mindspore_eagle.models.eagle3 import Eagle3DraftHead
+    from tests.helpers import PUBLIC_CONFIGS, NumpyHead, causal_visibility, write_public_head
+
+    MAX_LEN, TOL = 32, 1e-4  # the head tests' cache rows and tolerance
+
+    require_kernel("float32")
+    c = PUBLIC_CONFIGS[config]
+    tensors = write_public_head(str(tmp_path / "public"), c, seed=1)
+    convert_eagle3(str(tmp_path / "public"), str(tmp_path / "ours"))
+    head = Eagle3DraftHead.load(str(tmp_path / "ours"), max_len=MAX_LEN, matmul=MatmulChoice("custom", "float32"))
+    ht = c.get("target_hidden_size") or c["hidden_size"]
+    table = (head.embed_tokens.weight if head.own_embedding else
+             ms.Tensor(np.random.default_rng(7).standard_normal((c["vocab_size"], c["hidden_size"])).astype(np.float32)))
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, c["vocab_size"], 8)
+    feats = rng.standard_normal((8, 3 * ht)).astype(np.float32)
+    inputs = ForwardInputs.for_tree(TreeLayout.chain(ids), 0, 8, MAX_LEN)
+    got = ms.jit(head)(table, ms.Tensor(inputs.ids), ms.Tensor(feats[None]), ms.Tensor(inputs.positions),
+                       ms.Tensor(inputs.mask), ms.Tensor(inputs.rows)).asnumpy()[0]
+    ref = NumpyHead(tensors, c)
+    want = ref.forward(np.asarray(table.asnumpy(), np.float64)[ids], ref.fuse(feats), np.arange(8), causal_visibility(8))
+    np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(head.compute_logits(ms.Tensor(got)).asnumpy(), ref.logits(want), rtol=TOL, atol=TOL)
