@@ -520,6 +520,12 @@ def require_kernel(dtype: str) -> None:
 # ----- GGUF files and trace records written by hand ------------------------------------------------------
 
 
+def llama_cpp_permute(w, n_head):
+    """llama.cpp's q/k row permutation (convert_hf_to_gguf.py's LlamaModel.permute), written out here as the
+    reference the converter must invert: per head, rows (first half, second half) -> interleaved pairs."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
 def write_tiny_gguf(model, path, quantize_embeddings=False, tokenizer=False):
     """Write a llama-architecture GGUF of a HF torch model with the gguf package (what llama.cpp does);
     ``tokenizer``: also a byte-level BPE tokenizer of single-letter tokens (enough for ``convert_gguf``)."""
@@ -558,9 +564,9 @@ def write_tiny_gguf(model, path, quantize_embeddings=False, tokenizer=False):
             n, rest = name[len("model.layers."):].split(".", 1)
             gname = f"blk.{n}.{per_layer[rest]}"
             if rest == "self_attn.q_proj.weight":
-                arr = _llama_cpp_permute(arr, cfg.num_attention_heads)
+                arr = llama_cpp_permute(arr, cfg.num_attention_heads)
             elif rest == "self_attn.k_proj.weight":
-                arr = _llama_cpp_permute(arr, cfg.num_key_value_heads)
+                arr = llama_cpp_permute(arr, cfg.num_key_value_heads)
         else:
             gname = names[name]
         if quantize_embeddings and gname == "token_embd.weight":

@@ -152,12 +152,6 @@ def test_unknown_architecture_is_a_config_error(hf_pangu, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def _llama_cpp_permute(w, n_head):
-    """llama.cpp's q/k row permutation (convert_hf_to_gguf.py's LlamaModel.permute), written out here as the
-    reference the converter must invert: per head, rows (first half, second half) -> interleaved pairs."""
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
 def test_gguf_import_undoes_llama_cpp_permutation(tmp_path):
     """A GGUF written with llama.cpp's q/k permutation converts back to the HF weights exactly, so our teacher
     reproduces the HF model's logits."""
