@@ -1,0 +1,186 @@
+"""How many nodes a step verifies: a fixed budget, or the adaptive rule that maximises expected tokens per ms.
+
+On this CPU a verification costs rows almost linearly beyond the first few (``VerifyCosts``: a 16-row bucket
+costs about two decode steps), so verifying 16 rows when nothing is likely to be accepted is a loss, and a
+long confident suffix match deserves a deep chain. The adaptive rule (``plan_budget``) uses the candidates'
+acceptance probabilities ``p`` (``draft.merge``: ``1 + sum(p)`` over a tree estimates the tokens it emits):
+
+    for every verification bucket b:   n_b = min(b, candidates + 1)
+                                       E(b) = 1 + (sum of the n_b - 1 largest p)     # expected tokens emitted
+                                       rate(b) = E(b) / (c(b) + draft_ms)            # expected tokens per ms
+    choose the b with the largest rate (ties to the smaller bucket); verify its n_b most probable nodes.
+
+The best tree with n nodes is the n - 1 most probable candidates (p never increases along a path, so that set
+is ancestor-closed), hence E(b) is exact under the estimate, and the depth follows from the selection: a long
+confident chain fills a bucket with one deep path, weak candidates lose to the one-row bucket (plain decoding).
+
+Skipping EAGLE growth (``should_grow``). Growth costs ``grow_ms`` (about 23 ms of a 150 ms cycle today) before
+its candidates are known, so the decision uses an estimate of what it would add: the head's typical candidate
+probabilities (a running mean of its sorted ``p`` vectors, ``EagleProfile``), discounted by the chance that
+the suffix branch's best first token is wrong (``1 - q1``: when that token is accepted, the head's other
+depth-1 branches are not). Grow iff the best rate with suffix candidates plus the discounted profile, at cost
+``c(b) + grow_ms``, beats the best rate of the suffix candidates alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..errors import ConfigError
+
+DEFAULT_BUCKET_MS = ((1, 72.0), (8, 125.0), (16, 126.0), (32, 176.0), (64, 290.0))
+"""Verification ms per bucket of the default teacher (SmolLM2-135M, graph mode, 2-core CPU): buckets 8/16/32
+are the medians of the committed evaluation and sweep traces (``teacher_ms``), 1 and 64 measured by
+``scripts/bench_hybrid.py --costs`` on the same machine. Pass measured costs for any other set-up."""
+
+DEFAULT_GROW_MS = 30.0
+"""One EAGLE growth of the shipped head (23 ms in the evaluation trace) plus its context catch-up (~7 ms)."""
+
+
+@dataclass(frozen=True)
+class VerifyCosts:
+    """Measured milliseconds of a step's parts: ``bucket_ms`` the verification forward per bucket
+    (ascending buckets, 1 = plain decoding, among them), ``grow_ms`` one EAGLE growth including the head's
+    catch-up on the committed tokens, ``suffix_ms`` one suffix proposal."""
+
+    bucket_ms: tuple[tuple[int, float], ...] = DEFAULT_BUCKET_MS
+    grow_ms: float = DEFAULT_GROW_MS
+    suffix_ms: float = 0.1
+
+    def __post_init__(self) -> None:
+        pairs = tuple((int(b), float(ms)) for b, ms in self.bucket_ms)
+        buckets = [b for b, _ in pairs]
+        if not pairs or buckets != sorted(set(buckets)) or buckets[0] < 1:
+            raise ConfigError(f"VerifyCosts.bucket_ms={self.bucket_ms}: need strictly increasing positive buckets")
+        if not all(ms > 0 for _, ms in pairs):
+            raise ConfigError(f"VerifyCosts.bucket_ms={self.bucket_ms}: every cost must be > 0 ms")
+        if not (self.grow_ms >= 0 and self.suffix_ms >= 0):
+            raise ConfigError(f"VerifyCosts: grow_ms={self.grow_ms}, suffix_ms={self.suffix_ms} must be >= 0")
+        object.__setattr__(self, "bucket_ms", pairs)
+
+    @classmethod
+    def from_mapping(cls, bucket_ms: Mapping[int, float], grow_ms: float = DEFAULT_GROW_MS,
+                     suffix_ms: float = 0.1) -> "VerifyCosts":
+        return cls(tuple(sorted((int(b), float(v)) for b, v in bucket_ms.items())), grow_ms, suffix_ms)
+
+    def restricted(self, buckets: Sequence[int]) -> "VerifyCosts":
+        """The costs of the buckets a teacher actually has (ConfigError if one has no measured cost)."""
+        known = dict(self.bucket_ms)
+        missing = [b for b in buckets if b not in known]
+        if missing:
+            raise ConfigError(f"VerifyCosts: no cost for buckets {missing} (have {sorted(known)})")
+        return VerifyCosts(tuple((b, known[b]) for b in sorted(set(buckets))), self.grow_ms, self.suffix_ms)
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """The adaptive rule's choice for one step."""
+
+    num_nodes: int  # nodes to verify, root included
+    bucket: int
+    expected_tokens: float  # E(bucket)
+    rate: float  # expected tokens per ms
+
+
+def plan_budget(sorted_probs: np.ndarray, costs: VerifyCosts, draft_ms: float) -> BudgetPlan:
+    """The rate-maximising bucket for candidates whose non-root probabilities, largest first, are
+    ``sorted_probs``; ``draft_ms`` is the drafting cost already paid or committed to this step.
+
+    Example, costs {1: 70, 8: 125, 16: 126}, draft 0, p = [0.9, 0.8, 0.7]: E = 1 / 3.4 / 3.4, rates 0.0143 /
+    0.0272 / 0.0270 -> bucket 8 with 4 nodes."""
+    p = np.asarray(sorted_probs, np.float64).reshape(-1)
+    cum = np.concatenate([[1.0], 1.0 + np.cumsum(p)])  # cum[k] = E with the k best candidates
+    best = None
+    for bucket, ms in costs.bucket_ms:
+        n = min(bucket, p.size + 1)
+        e = float(cum[n - 1])
+        rate = e / (ms + draft_ms)
+        if best is None or rate > best.rate + 1e-12:
+            best = BudgetPlan(n, bucket, e, rate)
+    return best
+
+
+class EagleProfile:
+    """Running mean of the head's sorted candidate probabilities (the prior of ``should_grow``).
+
+    ``update(p)`` after each growth with the candidates' non-root ``p`` (largest first); exponential average
+    with weight ``alpha`` once initialised; ``None`` until the first growth."""
+
+    def __init__(self, alpha: float = 0.1):
+        if not 0 < alpha <= 1:
+            raise ConfigError(f"EagleProfile.alpha={alpha}: must be in (0, 1]")
+        self.alpha = alpha
+        self.mean: np.ndarray | None = None
+
+    def update(self, sorted_probs: np.ndarray) -> None:
+        p = np.asarray(sorted_probs, np.float64).reshape(-1)
+        if self.mean is None or self.mean.shape != p.shape:
+            self.mean = p.copy()
+        else:
+            self.mean += self.alpha * (p - self.mean)
+
+
+def should_grow(suffix_sorted: np.ndarray, q1: float, profile: EagleProfile, costs: VerifyCosts) -> bool:
+    """Whether an EAGLE growth is expected to pay this step (rule in the module docstring). ``suffix_sorted``:
+    the suffix candidates' non-root p, largest first; ``q1``: the largest p among the suffix's depth-1 nodes
+    (0 without a match). Grows while no profile exists yet."""
+    if profile.mean is None:
+        return True
+    without = plan_budget(suffix_sorted, costs, costs.suffix_ms)
+    estimate = np.sort(np.concatenate([np.asarray(suffix_sorted, np.float64), (1.0 - q1) * profile.mean]))[::-1]
+    with_growth = plan_budget(estimate, costs, costs.suffix_ms + costs.grow_ms)
+    return with_growth.rate > without.rate
+
+
+class _FixedChainProposer:
+    """Proposes a chain of ``n - 1`` copies of the root (any valid tree of n nodes costs the same)."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def begin(self, prompt, aux_hidden, first_token) -> None:
+        pass
+
+    def propose(self, root_token: int):
+        from ..tree.layout import TreeLayout
+
+        return TreeLayout.from_parents([root_token] * self.n, [0] + list(range(self.n - 1)))
+
+    def accept(self, acceptance, aux_hidden) -> None:
+        pass
+
+
+def measure_costs(teacher, prompt: Sequence[int], steps: int = 8, eagle=None) -> VerifyCosts:
+    """Median verification ms per bucket of ``teacher`` (its own buckets, after one untimed warm-up request
+    each), measured through the engine on ``prompt``; with ``eagle`` (an ``Eagle3Proposer``), also the median
+    ms of one growth plus a one-token catch-up. Takes about ``2 * steps`` forwards per bucket."""
+    from ..engine import SpeculativeEngine
+
+    table = []
+    for bucket in teacher.runtime.buckets:
+        engine = SpeculativeEngine(teacher, _FixedChainProposer(bucket))
+        engine.generate(prompt, 3)
+        gen = engine.generate(prompt, steps + 1)
+        table.append((bucket, float(np.median([s.verify_ms for s in gen.steps]))))
+    grow_ms = DEFAULT_GROW_MS
+    if eagle is not None:
+        import time
+
+        engine = SpeculativeEngine(teacher, eagle)
+        gen = engine.generate(prompt, 2)
+        times = []
+        feats = np.zeros((1, 3 * eagle.head.cfg.target_hidden_size), np.float32)
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            eagle.candidates()
+            eagle.extend([gen.tokens[-1]], feats)
+            times.append((time.perf_counter() - t0) * 1000)
+        grow_ms = float(np.median(times))
+    return VerifyCosts(tuple(table), grow_ms)
+
+
+__all__ = ["BudgetPlan", "DEFAULT_BUCKET_MS", "DEFAULT_GROW_MS", "EagleProfile", "VerifyCosts", "measure_costs",
+           "plan_budget", "should_grow"]
