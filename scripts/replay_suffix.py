@@ -161,8 +161,8 @@ def reliability(rows: np.ndarray, edges=(0, .1, .2, .3, .4, .5, .6, .7, .8, .9, 
     for lo, hi in zip(edges, edges[1:]):
         sel = (rows[:, 0] >= lo) & (rows[:, 0] < hi)
         if sel.any():
-            out.append({"bin": [lo, min(hi, 1.0)], "nodes": int(sel.sum()), "predicted": round(rows[sel, 0].mean(), 3),
-                        "observed": round(rows[sel, 1].mean(), 3)})
+            out.append({"bin": [lo, min(hi, 1.0)], "nodes": int(sel.sum()),
+                        "predicted": round(float(rows[sel, 0].mean()), 3), "observed": round(float(rows[sel, 1].mean()), 3)})
     return out
 
 
@@ -259,40 +259,65 @@ class RecordedEagle:
         return self.scores[i], self.tokens[i], self.parents[i]
 
 
-def load_recorded(path: str) -> dict:
-    """turn id -> (scores, tokens, parents) ``[T, C]`` each, from a recording (``--eagle FILE``)."""
-    data = np.load(path)
-    return {str(tid): (data[f"scores_{k}"], data[f"tokens_{k}"].astype(np.int64), data[f"parents_{k}"].astype(np.int64))
-            for k, tid in enumerate(data["turns"])}
-
-
-def hybrid_sequential_eval(turns, recorded: dict, cfg: SuffixConfig, calibration, costs: VerifyCosts) -> dict:
-    """Exact sequential replays of every mode x budget with the recorded head candidates: (emitted, ms) per
-    step, ms from the cost model (a growth costs ``grow_ms``, a suffix proposal ``suffix_ms``)."""
-    ms = dict(costs.bucket_ms)
-    out: dict = {}
-    variants = [("eagle", "fixed", FIXED_NODES), ("eagle", "adaptive", 64), ("hybrid", "fixed", FIXED_NODES),
-                ("hybrid", "adaptive", 64), ("suffix", "fixed", FIXED_NODES), ("suffix", "adaptive", 64)]
-    for mode, budget, nodes in variants:
-        rows, grown = [], 0
-        for t in turns:
-            if t.id not in recorded:
-                continue
-            fake = RecordedEagle(len(t.prompt), *recorded[t.id]) if mode != "suffix" else None
-            prop = HybridProposer(mode, budget, eagle=fake, max_nodes=nodes, suffix=cfg, calibration=calibration,
-                                  costs=costs)
-            steps = replay(prop, t.prompt, t.output)
-            for st, info in zip(steps, prop.log):
-                bucket = min(b for b in ms if b >= st.nodes)
-                draft = (costs.grow_ms if info.grew else 0.0) + (costs.suffix_ms if mode != "eagle" else 0.0)
-                rows.append((st.emitted, ms[bucket] + draft))
-                grown += info.grew
-        out[f"{mode}_{budget}_sequential"] = rows
-        out[f"{mode}_{budget}_grow_share"] = grown / max(len(rows), 1)
+def load_recorded(paths) -> dict:
+    """turn id -> (scores, tokens, parents) ``[T, C]`` each, from recordings (``--eagle FILE ...``)."""
+    out = {}
+    for path in [paths] if isinstance(paths, str) else paths:
+        data = np.load(path)
+        for k, tid in enumerate(data["turns"]):
+            out[str(tid)] = (data[f"scores_{k}"], data[f"tokens_{k}"].astype(np.int64),
+                             data[f"parents_{k}"].astype(np.int64))
     return out
 
 
-def sequential_groups(turns, recorded, cfg, calibration, costs, greedy_ms) -> dict:
+SEQUENTIAL_VARIANTS = {  # name -> HybridProposer arguments (eagle_power None: the fitted one)
+    "eagle_fixed": dict(mode="eagle", budget="fixed", max_nodes=FIXED_NODES),
+    "eagle_adaptive": dict(mode="eagle", budget="adaptive", max_nodes=64),
+    "hybrid_fixed": dict(mode="hybrid", budget="fixed", max_nodes=FIXED_NODES),
+    "hybrid_adaptive": dict(mode="hybrid", budget="adaptive", max_nodes=64),
+    "hybrid_adaptive_raw_head_p": dict(mode="hybrid", budget="adaptive", max_nodes=64, eagle_power=1.0),
+    "hybrid_adaptive_always_grow": dict(mode="hybrid", budget="adaptive", max_nodes=64, skip_growth=False),
+    "hybrid_adaptive_max16": dict(mode="hybrid", budget="adaptive", max_nodes=16),
+    "suffix_fixed": dict(mode="suffix", budget="fixed", max_nodes=FIXED_NODES),
+    "suffix_adaptive": dict(mode="suffix", budget="adaptive", max_nodes=64),
+}
+
+
+def hybrid_sequential_eval(turns, recorded: dict, cfg: SuffixConfig, calibration, costs: VerifyCosts,
+                           eagle_power: float) -> dict:
+    """Exact sequential replays of the ``SEQUENTIAL_VARIANTS`` with the recorded head candidates: (emitted,
+    ms) per step, ms from the cost model (a growth costs ``grow_ms``, a suffix proposal ``suffix_ms``)."""
+    ms = dict(costs.bucket_ms)
+    out: dict = {}
+    for name, kw in SEQUENTIAL_VARIANTS.items():
+        kw = dict(kw)
+        kw["eagle_power"] = kw.get("eagle_power") or eagle_power
+        rows, grown = [], 0
+        for t in turns:
+            fake = RecordedEagle(len(t.prompt), *recorded[t.id]) if kw["mode"] != "suffix" else None
+            prop = HybridProposer(eagle=fake, suffix=cfg, calibration=calibration, costs=costs, **kw)
+            steps = replay(prop, t.prompt, t.output)
+            for st, info in zip(steps, prop.log):
+                bucket = min(b for b in ms if b >= st.nodes)
+                draft = (costs.grow_ms if info.grew else 0.0) + (costs.suffix_ms if kw["mode"] != "eagle" else 0.0)
+                rows.append((st.emitted, ms[bucket] + draft))
+                grown += info.grew
+        out[f"{name}_sequential"] = rows
+        out[f"{name}_grow_share"] = grown / max(len(rows), 1)
+    return out
+
+
+def fit_eagle_power(turns, recorded: dict, grid=np.round(np.arange(0.7, 2.01, 0.05), 2)) -> float:
+    """The power whose p = exp(power * score) has the least log-loss on the recorded candidates of ``turns``."""
+    scores, right = eagle_rows(turns, recorded)
+    losses = []
+    for g in grid:
+        p = np.clip(np.exp(g * scores), 1e-9, 1 - 1e-9)
+        losses.append(-np.mean(right * np.log(p) + (1 - right) * np.log(1 - p)))
+    return float(grid[int(np.argmin(losses))])
+
+
+def sequential_groups(turns, recorded, cfg, calibration, costs, greedy_ms, eagle_power) -> dict:
     """``hybrid_sequential_eval`` summarised per group, with the trace's own EAGLE steps of the same turns
     (a check of the recording: eagle_fixed_sequential should match eagle_recorded_trace)."""
     ms16 = dict(costs.bucket_ms)[min(b for b in dict(costs.bucket_ms) if b >= FIXED_NODES)]
@@ -301,7 +326,7 @@ def sequential_groups(turns, recorded, cfg, calibration, costs, greedy_ms) -> di
         sel = [t for t in turns if gname in group_of(t)]
         if not sel:
             continue
-        seq = hybrid_sequential_eval(sel, recorded, cfg, calibration, costs)
+        seq = hybrid_sequential_eval(sel, recorded, cfg, calibration, costs, eagle_power)
         g = {k: summarize(v, greedy_ms) for k, v in seq.items() if k.endswith("_sequential")}
         for k, v in seq.items():
             if k.endswith("_grow_share"):
@@ -312,15 +337,15 @@ def sequential_groups(turns, recorded, cfg, calibration, costs, greedy_ms) -> di
     return out
 
 
-def eagle_reliability(turns, recorded: dict) -> list[dict]:
-    """Calibration of the head's p = exp(cumulative log-prob): predicted vs observed over every candidate at
-    every position (observed: its path spells the next output tokens)."""
-    rows = []
+def eagle_rows(turns, recorded: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Every recorded candidate at every position: (cumulative log-prob, its path spells the next output
+    tokens), for the candidates whose depth the output still covers."""
+    scores, right_all = [], []
     for t in turns:
-        scores, tokens, parents = recorded[t.id]
-        for i in range(scores.shape[0]):
+        sc, tokens, parents = recorded[t.id]
+        for i in range(sc.shape[0]):
             true = t.output[i + 1:]
-            c = scores.shape[1]
+            c = sc.shape[1]
             right = np.zeros(c + 1, bool)
             right[0] = True
             depth = np.zeros(c + 1, np.int64)
@@ -330,8 +355,15 @@ def eagle_reliability(turns, recorded: dict) -> list[dict]:
                 depth[j + 1] = depth[par] + 1
                 known[j + 1] = depth[j + 1] <= len(true)
                 right[j + 1] = known[j + 1] and right[par] and tokens[i, j] == true[depth[j + 1] - 1]
-            rows.append(np.stack([np.exp(scores[i])[known[1:]], right[1:][known[1:]]], 1))
-    return reliability(np.concatenate(rows))
+            scores.append(sc[i][known[1:]])
+            right_all.append(right[1:][known[1:]])
+    return np.concatenate(scores).astype(np.float64), np.concatenate(right_all).astype(np.float64)
+
+
+def eagle_reliability(turns, recorded: dict, power: float) -> list[dict]:
+    """Calibration of the head's p = exp(power * cumulative log-prob): predicted vs observed."""
+    scores, right = eagle_rows(turns, recorded)
+    return reliability(np.stack([np.exp(power * scores), right], 1))
 
 
 def sequential_eval(turns, cfg: SuffixConfig, calibration, costs: VerifyCosts):
@@ -372,7 +404,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fit", action="store_true", help="fit the calibration on the fit half (else use the shipped one)")
     ap.add_argument("--install", action="store_true", help="with --fit: write it as the package default")
     ap.add_argument("--out", default=None, help="directory for calibration.json, replay.json, replay.md")
-    ap.add_argument("--eagle", default=None, help="recorded head candidates (scripts/record_eagle_candidates.py)")
+    ap.add_argument("--eagle", nargs="+", default=None,
+                    help="recorded head candidates (scripts/record_eagle_candidates.py), any number of files")
     ap.add_argument("--costs", default=None, help='JSON {"bucket_ms": {"1": 72, ...}, "grow_ms": 30}')
     args = ap.parse_args(argv)
     t0 = time.time()
@@ -435,12 +468,18 @@ def main(argv=None) -> int:
     result["issue_table_all_turns"] = issue
     if args.eagle:
         recorded = load_recorded(args.eagle)
-        section: dict = {"file": args.eagle}
+        section: dict = {"files": args.eagle}
+        fit_rec = [t for t in fit if t.id in recorded]
+        power = fit_eagle_power(fit_rec, recorded) if fit_rec else 1.0
+        section["eagle_power_fit_half"] = power
+        print(f"head calibration power {power} (fitted on {len(fit_rec)} turns of the fit half)")
         for half, ts in (("eval", held), ("fit", fit)):
             sel = [t for t in ts if t.id in recorded]
             if sel:
-                section[half] = {"turns": len(sel), "eagle_reliability": eagle_reliability(sel, recorded),
-                                 "groups": sequential_groups(sel, recorded, cfg, calibration, costs, greedy_ms)}
+                section[half] = {"turns": len(sel),
+                                 "eagle_reliability_raw": eagle_reliability(sel, recorded, 1.0),
+                                 "eagle_reliability": eagle_reliability(sel, recorded, power),
+                                 "groups": sequential_groups(sel, recorded, cfg, calibration, costs, greedy_ms, power)}
                 print(f"recorded head, {half} half: {len(sel)} turns replayed ({time.time() - t0:.1f} s)")
         result["recorded_head"] = section
     result["halves"] = tables
@@ -506,10 +545,17 @@ def _markdown(result: dict) -> str:
             cells = [f"{r[p]['tau']} / {r[p]['est_speedup']}x" + (f" ({r[p]['grow_share']:.0%})" if "grow_share" in r[p]
                      else "") for p in policies]
             lines.append(f"| {g} | " + " | ".join(cells) + " |")
-        lines += ["", f"Head calibration ({half} half): p = exp(cumulative draft log-prob) vs observed", "",
-                  "| bin | candidates | predicted | observed |", "|---|---|---|---|"]
-        for r in rec[half]["eagle_reliability"]:
-            lines.append(f"| {r['bin'][0]:.1f}-{r['bin'][1]:.1f} | {r['nodes']} | {r['predicted']} | {r['observed']} |")
+        lines += ["", f"Head calibration ({half} half): p = exp(power * cumulative draft log-prob) vs observed, "
+                  f"power 1 (raw) and {rec['eagle_power_fit_half']} (fitted on the fit half)", "",
+                  "| bin | candidates | predicted | observed | candidates (fitted) | predicted | observed |",
+                  "|---|---|---|---|---|---|---|"]
+        raw = {tuple(r["bin"]): r for r in rec[half]["eagle_reliability_raw"]}
+        cal = {tuple(r["bin"]): r for r in rec[half]["eagle_reliability"]}
+        for b in sorted(set(raw) | set(cal)):
+            a, c = raw.get(b, {}), cal.get(b, {})
+            lines.append(f"| {b[0]:.1f}-{b[1]:.1f} | {a.get('nodes', '')} | {a.get('predicted', '')} | "
+                         f"{a.get('observed', '')} | {c.get('nodes', '')} | {c.get('predicted', '')} | "
+                         f"{c.get('observed', '')} |")
     lines += ["", "## Reliability of the suffix p on the eval half (node paths)", "", "| bin | nodes | predicted | observed |",
               "|---|---|---|---|"]
     for r in result["reliability_eval_half"]:

@@ -153,33 +153,36 @@ class _FixedChainProposer:
         pass
 
 
-def measure_costs(teacher, prompt: Sequence[int], steps: int = 8, eagle=None) -> VerifyCosts:
-    """Median verification ms per bucket of ``teacher`` (its own buckets, after one untimed warm-up request
-    each), measured through the engine on ``prompt``; with ``eagle`` (an ``Eagle3Proposer``), also the median
-    ms of one growth plus a one-token catch-up. Takes about ``2 * steps`` forwards per bucket."""
+def measure_costs(teacher, prompt: Sequence[int], steps: int = 6, rounds: int = 3, eagle=None) -> VerifyCosts:
+    """Verification ms per bucket of ``teacher`` (its own buckets), measured through the engine on ``prompt``:
+    after one untimed request per bucket, ``rounds`` round-robin passes over the buckets of ``steps`` steps each
+    (so a change of load on a shared machine hits every bucket alike); the median per bucket, then made
+    non-decreasing in the bucket (a larger bucket verifies a superset of rows; a smaller median for it is
+    noise). With ``eagle`` (an ``Eagle3Proposer``), also the median ms of one growth plus a one-token catch-up."""
+    import time
+
     from ..engine import SpeculativeEngine
 
-    table = []
-    for bucket in teacher.runtime.buckets:
-        engine = SpeculativeEngine(teacher, _FixedChainProposer(bucket))
+    engines = {b: SpeculativeEngine(teacher, _FixedChainProposer(b)) for b in teacher.runtime.buckets}
+    for engine in engines.values():
         engine.generate(prompt, 3)
-        gen = engine.generate(prompt, steps + 1)
-        table.append((bucket, float(np.median([s.verify_ms for s in gen.steps]))))
-    grow_ms = DEFAULT_GROW_MS
-    if eagle is not None:
-        import time
-
-        engine = SpeculativeEngine(teacher, eagle)
-        gen = engine.generate(prompt, 2)
-        times = []
-        feats = np.zeros((1, 3 * eagle.head.cfg.target_hidden_size), np.float32)
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            eagle.candidates()
-            eagle.extend([gen.tokens[-1]], feats)
-            times.append((time.perf_counter() - t0) * 1000)
-        grow_ms = float(np.median(times))
-    return VerifyCosts(tuple(table), grow_ms)
+    samples: dict[int, list[float]] = {b: [] for b in engines}
+    grow: list[float] = []
+    for _ in range(rounds):
+        for b, engine in engines.items():
+            samples[b] += [s.verify_ms for s in engine.generate(prompt, steps + 1).steps]
+        if eagle is not None:
+            engine = SpeculativeEngine(teacher, eagle)
+            gen = engine.generate(prompt, 2)
+            feats = np.zeros((1, 3 * eagle.head.cfg.target_hidden_size), np.float32)
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                eagle.candidates()
+                eagle.extend([gen.tokens[-1]], feats)
+                grow.append((time.perf_counter() - t0) * 1000)
+    medians = np.maximum.accumulate([float(np.median(samples[b])) for b in sorted(samples)])
+    return VerifyCosts(tuple(zip(sorted(samples), medians.tolist())),
+                       float(np.median(grow)) if grow else DEFAULT_GROW_MS)
 
 
 __all__ = ["BudgetPlan", "DEFAULT_BUCKET_MS", "DEFAULT_GROW_MS", "EagleProfile", "VerifyCosts", "measure_costs",

@@ -43,6 +43,10 @@ from .suffix import SuffixCalibration, SuffixConfig, SuffixIndex, default_calibr
 MODES = ("eagle", "suffix", "hybrid")
 BUDGETS = ("fixed", "adaptive")
 
+SHIPPED_HEAD_EAGLE_POWER = 1.1
+"""``eagle_power`` of the shipped SmolLM2 head (``draft.merge``: its p = exp(1.1 * score) matches its acceptance
+on the replay's fit half; 1.0 is EAGLE-2's uncalibrated rule, the right default for an unmeasured head)."""
+
 
 @dataclass(frozen=True)
 class StepProposal:
@@ -62,11 +66,14 @@ class HybridProposer:
 
     ``max_nodes``: the fixed budget (root included), and the cap of the adaptive one. ``costs``: the measured
     ``VerifyCosts`` the adaptive rule uses (default: the default teacher on a 2-core CPU); only the buckets
-    ``<= max_nodes``'s bucket among ``buckets`` (the teacher's) are considered."""
+    ``<= max_nodes``'s bucket among ``buckets`` (the teacher's) are considered. ``eagle_power``: the head's
+    calibration (``draft.merge``). ``skip_growth`` (adaptive hybrid only): False grows the head every step
+    (an ablation of ``should_grow``)."""
 
     def __init__(self, mode: str = "hybrid", budget: str = "fixed", eagle=None, max_nodes: int = 16,
                  suffix: SuffixConfig = SuffixConfig(), calibration: SuffixCalibration | None = None,
-                 costs: VerifyCosts | None = None, buckets: Sequence[int] | None = None):
+                 costs: VerifyCosts | None = None, buckets: Sequence[int] | None = None, eagle_power: float = 1.0,
+                 skip_growth: bool = True):
         if mode not in MODES:
             raise ConfigError(f"HybridProposer mode={mode!r}: expected one of {MODES}")
         if budget not in BUDGETS:
@@ -78,7 +85,10 @@ class HybridProposer:
         if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or not 1 <= max_nodes <= top:
             raise ConfigError(f"HybridProposer max_nodes={max_nodes!r}: must be an integer in [1, {top}] "
                               "(the largest verification bucket)")
+        if not eagle_power > 0:
+            raise ConfigError(f"HybridProposer eagle_power={eagle_power!r}: must be > 0")
         self.mode, self.budget = mode, budget
+        self.eagle_power, self.skip_growth = float(eagle_power), bool(skip_growth)
         self.eagle = eagle if mode != "suffix" else None
         self.max_nodes = max_nodes
         self.suffix_cfg = suffix
@@ -116,7 +126,7 @@ class HybridProposer:
                                      "call accept() with every committed token first")
         suffix = (suffix_candidates(self.index, self.suffix_cfg, self.calibration) if self.mode != "eagle"
                   else None)
-        grow = self.eagle is not None and (self.mode == "eagle" or self.budget == "fixed"
+        grow = self.eagle is not None and (self.mode == "eagle" or self.budget == "fixed" or not self.skip_growth
                                            or should_grow(_sorted(suffix), _best_child(suffix), self.profile,
                                                           self.costs))
         eagle = None
@@ -127,9 +137,9 @@ class HybridProposer:
                 grown = select_tree(root, scores, tokens, parents, self.max_nodes)
                 source = np.full(grown.layout.num_nodes, SOURCE_EAGLE, np.int8)
                 source[0] = SOURCE_ROOT
-                return self._record(MergedTree(grown.layout, CandidateTree.from_grown(grown).probs, source),
-                                    True, None, 0)
-            eagle = CandidateTree.from_eagle(root, scores, tokens, parents)
+                return self._record(MergedTree(grown.layout, CandidateTree.from_grown(grown, self.eagle_power).probs,
+                                               source), True, None, 0)
+            eagle = CandidateTree.from_eagle(root, scores, tokens, parents, self.eagle_power)
             self.profile.update(_sorted(eagle))
         cands = union(eagle, suffix)
         bucket = None
@@ -201,4 +211,4 @@ def _best_child(tree: CandidateTree | None) -> float:
     return float(tree.probs[1:][first].max())
 
 
-__all__ = ["BUDGETS", "HybridProposer", "MODES", "StepProposal"]
+__all__ = ["BUDGETS", "HybridProposer", "MODES", "SHIPPED_HEAD_EAGLE_POWER", "StepProposal"]

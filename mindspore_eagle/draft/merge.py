@@ -2,9 +2,11 @@
 
 Scores on one scale. Every candidate carries ``p``, an estimate of the probability that the teacher accepts the
 whole path from the root to it (so ``1 + sum(p)`` over a tree estimates the tokens a step emits). EAGLE nodes:
-``p = exp(cumulative draft log-prob)``, EAGLE-2's observation that a draft's confidence approximates its
-acceptance rate. Suffix nodes: the calibrated estimate of ``draft.suffix``, fitted on a replay so that it *is*
-an acceptance rate.
+``p = exp(power * cumulative draft log-prob)``: with ``power = 1`` this is EAGLE-2's observation that a draft's
+confidence approximates its acceptance rate; a head that is over-confident gets ``power > 1`` (the shipped head:
+1.1, fitted on the replay of its recorded candidates, ``scripts/replay_suffix.py --eagle``; raw, its p summed
+over all candidates overestimates the accepted nodes by 27%). Suffix nodes: the calibrated estimate of
+``draft.suffix``, fitted on a replay so that it *is* an acceptance rate.
 
 Merge rule (``union``):
   1. nodes are identified by their token path from the root: a suffix path that starts with tokens the EAGLE
@@ -80,22 +82,23 @@ class CandidateTree:
         return cls([root_token], [ROOT], [1.0])
 
     @classmethod
-    def from_eagle(cls, root_token: int, scores: np.ndarray, tokens: np.ndarray, parents: np.ndarray
-                   ) -> "CandidateTree":
+    def from_eagle(cls, root_token: int, scores: np.ndarray, tokens: np.ndarray, parents: np.ndarray,
+                   power: float = 1.0) -> "CandidateTree":
         """From ``Eagle3Proposer.candidates()``: candidate ``i`` (id ``i + 1``, parent id ``parents[i]``, 0 = root)
-        becomes node ``i + 1``; ``p = exp(score)`` (a NaN score counts as p = 0)."""
+        becomes node ``i + 1``; ``p = exp(power * score)`` (a NaN score counts as p = 0)."""
         s = np.asarray(scores, np.float64).reshape(-1)
-        p = np.exp(np.minimum(np.where(np.isnan(s), -np.inf, s), 0.0))
+        p = np.exp(power * np.minimum(np.where(np.isnan(s), -np.inf, s), 0.0))
         return cls(np.concatenate([[root_token], np.asarray(tokens, np.int64).reshape(-1)]),
                    np.concatenate([[ROOT], np.asarray(parents, np.int64).reshape(-1)]),
                    np.concatenate([[1.0], p]))
 
     @classmethod
-    def from_grown(cls, grown) -> "CandidateTree":
-        """From a ``GrownTree`` (an already selected EAGLE tree): ``p = exp(score)``."""
+    def from_grown(cls, grown, power: float = 1.0) -> "CandidateTree":
+        """From a ``GrownTree`` (an already selected EAGLE tree): ``p = exp(power * score)``."""
         layout = grown.layout
         n = layout.num_valid
-        return cls(layout.tokens[:n], layout.parents[:n], np.exp(np.minimum(grown.scores[:n].astype(np.float64), 0)))
+        return cls(layout.tokens[:n], layout.parents[:n],
+                   np.exp(power * np.minimum(grown.scores[:n].astype(np.float64), 0)))
 
 
 @dataclass(frozen=True, eq=False)

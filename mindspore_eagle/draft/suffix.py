@@ -1,9 +1,11 @@
 """Model-free drafting: an incremental suffix index over the conversation, and the scored tree it proposes.
 
 Why. Small teachers decoding greedily repeat themselves, code answers copy the prompt, extraction copies the
-input and second turns rewrite the first answer. Replaying the committed 240-turn trace, a plain lookup of
-the continuation after an earlier occurrence of the sequence's last tokens accepts 3.80 tokens per step where
-the EAGLE-3 head accepts 1.78 (``scripts/replay_suffix.py``). A lookup costs no forward pass.
+input and second turns rewrite the first answer. Replaying the committed 240-turn trace
+(``scripts/replay_suffix.py``), suffix drafting driving the decoding emits 2.2 tokens per 16-node step where
+the EAGLE-3 head emits 1.75, and a lookup costs no forward pass. (At the head's own step positions a plain
+lookup scores 3.80; that figure weights long copied stretches by their length, since a sequential run
+crosses such a stretch in a few steps.)
 
 The index (``SuffixIndex``) is a suffix trie of bounded depth ``M = max_match`` over the sequence ``T[0:n]``
 (prompt, earlier turns, generated tokens): one node per distinct substring of length <= M, children by next
@@ -22,7 +24,8 @@ Worked example, M = 2, T = [5, 7, 5, 7] (n = 4). The length-2 suffix (5, 7) occu
 Why not a suffix automaton: it finds the longest repeated suffix in O(1) amortized but keeps only the *first*
 end position of a state cheaply; the most recent occurrences and their counts, which predict best here, would
 need a walk of the whole suffix-link chain per token (O(n) on "a a a a ...", exactly the loops small models
-fall into). A bounded depth costs nothing in practice: acceptance no longer rises past a few tokens of match.
+fall into). A bounded depth costs little: on the replay, the next token's acceptance after a match of 8, 12
+and 16-or-more tokens is 0.77, 0.83 and 0.96, so matches longer than 16 would hardly rank differently.
 
 Candidates (``suffix_candidates``). The earlier occurrences of the longest matching suffix (most recent first,
 then those of shorter suffixes, up to ``max_occurrences`` distinct starts) each propose their continuation
