@@ -183,7 +183,7 @@ def eagle_chain(root: int, tokens: list, profile: np.ndarray) -> CandidateTree:
 
 def recorded_step_eval(turns, cfg: SuffixConfig, calibration, profile: np.ndarray, costs: VerifyCosts):
     """Per recorded step: emitted tokens and estimated ms of each policy (see the module docstring)."""
-    prof = EagleProfile()
+    prof = EagleProfile(warmup=1)
     prof.update(profile)
     policies = ("eagle_recorded", "lookup", "best_of_two", "suffix_fixed", "hybrid_fixed", "hybrid_adaptive",
                 "suffix_adaptive")
@@ -270,12 +270,12 @@ def load_recorded(paths) -> dict:
     return out
 
 
-SEQUENTIAL_VARIANTS = {  # name -> HybridProposer arguments (eagle_power None: the fitted one)
+SEQUENTIAL_VARIANTS = {  # name -> HybridProposer arguments ("fitted": the head power fitted on the fit half)
     "eagle_fixed": dict(mode="eagle", budget="fixed", max_nodes=FIXED_NODES),
     "eagle_adaptive": dict(mode="eagle", budget="adaptive", max_nodes=64),
     "hybrid_fixed": dict(mode="hybrid", budget="fixed", max_nodes=FIXED_NODES),
     "hybrid_adaptive": dict(mode="hybrid", budget="adaptive", max_nodes=64),
-    "hybrid_adaptive_raw_head_p": dict(mode="hybrid", budget="adaptive", max_nodes=64, eagle_power=1.0),
+    "hybrid_adaptive_fitted_head_p": dict(mode="hybrid", budget="adaptive", max_nodes=64, eagle_power="fitted"),
     "hybrid_adaptive_always_grow": dict(mode="hybrid", budget="adaptive", max_nodes=64, skip_growth=False),
     "hybrid_adaptive_max16": dict(mode="hybrid", budget="adaptive", max_nodes=16),
     "suffix_fixed": dict(mode="suffix", budget="fixed", max_nodes=FIXED_NODES),
@@ -291,11 +291,15 @@ def hybrid_sequential_eval(turns, recorded: dict, cfg: SuffixConfig, calibration
     out: dict = {}
     for name, kw in SEQUENTIAL_VARIANTS.items():
         kw = dict(kw)
-        kw["eagle_power"] = kw.get("eagle_power") or eagle_power
+        if kw.get("eagle_power") == "fitted":
+            kw["eagle_power"] = eagle_power
         rows, grown = [], 0
+        # One proposer for all turns, as a server keeps one: the head's profile persists across requests.
+        prop = HybridProposer(eagle=RecordedEagle(0, None, None, None) if kw["mode"] != "suffix" else None,
+                              suffix=cfg, calibration=calibration, costs=costs, **kw)
         for t in turns:
-            fake = RecordedEagle(len(t.prompt), *recorded[t.id]) if kw["mode"] != "suffix" else None
-            prop = HybridProposer(eagle=fake, suffix=cfg, calibration=calibration, costs=costs, **kw)
+            if prop.eagle is not None:
+                prop.eagle = RecordedEagle(len(t.prompt), *recorded[t.id])
             steps = replay(prop, t.prompt, t.output)
             for st, info in zip(steps, prop.log):
                 bucket = min(b for b in ms if b >= st.nodes)

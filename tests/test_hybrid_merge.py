@@ -193,13 +193,16 @@ def test_plan_budget_literal_cases():
 
 
 def test_growth_is_skipped_when_the_suffix_branch_is_confident():
-    profile = EagleProfile()
+    profile = EagleProfile(warmup=2)
     assert should_grow(np.zeros(0), 0.0, profile, COSTS)  # no profile yet: grow to learn it
-    profile.update(np.array([0.7, 0.5, 0.4, 0.3, 0.2, 0.1]))
+    profile.update(np.array([0.6, 0.4, 0.3, 0.2, 0.1, 0.0]))
+    assert should_grow(0.95 ** np.arange(1, 20), 0.95, profile, COSTS)  # one sample is not enough evidence
+    profile.update(np.array([0.8, 0.6, 0.5, 0.4, 0.3, 0.2]))
+    np.testing.assert_allclose(profile.mean, [0.7, 0.5, 0.4, 0.3, 0.2, 0.1])  # the plain mean of the two
     chain = 0.95 ** np.arange(1, 20)
     assert not should_grow(chain, 0.95, profile, COSTS)
     assert should_grow(np.zeros(0), 0.0, profile, COSTS)  # nothing else to go on: the head's 3.2 tokens pay
-    weak = EagleProfile()
+    weak = EagleProfile(warmup=1)
     weak.update(np.array([0.3, 0.1, 0.05]))
     assert not should_grow(np.zeros(0), 0.0, weak, COSTS)  # 1.45 expected tokens never pay 25 + 125 ms
 
@@ -214,3 +217,5 @@ def test_costs_are_validated():
     assert COSTS.restricted((1, 16)).bucket_ms == ((1, 70.0), (16, 126.0))
     with pytest.raises(ConfigError, match="alpha"):
         EagleProfile(0.0)
+    with pytest.raises(ConfigError, match="warmup"):
+        EagleProfile(warmup=0)

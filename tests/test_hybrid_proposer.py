@@ -100,9 +100,10 @@ def test_head_context_equals_a_head_fed_the_whole_sequence_when_the_suffix_branc
     gen = SpeculativeEngine(teacher, prop).generate(prompt, N)
     by_source = prop.accepted_by_source()
     assert by_source["suffix"] > 0, by_source
-    if costs is COSTLY_GROWTH:  # only the first step grew: every later token waited in the queue
-        assert [s.grew for s in prop.log] == [True] + [False] * (len(prop.log) - 1)
-        assert prop.pending > 10
+    grew = [s.grew for s in prop.log]
+    if costs is COSTLY_GROWTH:  # growth only while learning the profile (8 steps) and to refresh it (every 32)
+        assert grew[:8] == [True] * 8 and not any(grew[8:8 + 31]) and len(grew) > 12
+        assert prop.pending > 5  # the tokens committed since the last growth wait in the queue
     prop.catch_up()
     seq = list(prompt) + list(gen.tokens[:-1])  # committed tokens; the last emitted token is the next root
     assert prop.pending == 0 and eagle.committed_len == len(seq) and eagle.root_token == gen.tokens[-1]
@@ -125,9 +126,10 @@ def test_offline_replay_reproduces_the_engine_steps(setup, budget):
     for prompt in PROMPTS:
         gen = SpeculativeEngine(teacher, HybridProposer("suffix", budget)).generate(prompt, N)
         steps = replay(HybridProposer("suffix", budget), prompt, gen.tokens)
-        assert [(s.nodes, min(s.emitted, 10**6)) for s in steps[:-1]] == \
-            [(s.tree_nodes, s.emitted) for s in gen.steps[:len(steps) - 1]]
-        assert steps[-1].nodes == gen.steps[len(steps) - 1].tree_nodes
+        # Every step but the last is the engine's; the last one is cut where the known output ends.
+        assert len(steps) == gen.cycles
+        assert [(s.nodes, s.emitted) for s in steps[:-1]] == [(s.tree_nodes, s.emitted) for s in gen.steps[:-1]]
+        assert steps[-1].nodes == gen.steps[-1].tree_nodes
 
 
 def test_bad_configurations_and_a_foreign_root_are_refused(setup):

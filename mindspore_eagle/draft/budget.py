@@ -19,7 +19,9 @@ its candidates are known, so the decision uses an estimate of what it would add:
 probabilities (a running mean of its sorted ``p`` vectors, ``EagleProfile``), discounted by the chance that
 the suffix branch's best first token is wrong (``1 - q1``: when that token is accepted, the head's other
 depth-1 branches are not). Grow iff the best rate with suffix candidates plus the discounted profile, at cost
-``c(b) + grow_ms``, beats the best rate of the suffix candidates alone.
+``c(b) + grow_ms``, beats the best rate of the suffix candidates alone. The profile needs evidence: the head
+grows at its first ``warmup`` opportunities, and the proposer grows at least every ``explore_every`` steps
+(``HybridProposer``) so that a profile learnt on a few unlucky steps cannot switch the head off for good.
 """
 
 from __future__ import annotations
@@ -106,28 +108,37 @@ def plan_budget(sorted_probs: np.ndarray, costs: VerifyCosts, draft_ms: float) -
 class EagleProfile:
     """Running mean of the head's sorted candidate probabilities (the prior of ``should_grow``).
 
-    ``update(p)`` after each growth with the candidates' non-root ``p`` (largest first); exponential average
-    with weight ``alpha`` once initialised; ``None`` until the first growth."""
+    ``update(p)`` after each growth with the candidates' non-root ``p`` (largest first): the plain mean of the
+    first ``1 / alpha`` updates, then an exponential average with weight ``alpha``. ``ready`` once ``warmup``
+    updates have been seen."""
 
-    def __init__(self, alpha: float = 0.1):
+    def __init__(self, alpha: float = 0.1, warmup: int = 8):
         if not 0 < alpha <= 1:
             raise ConfigError(f"EagleProfile.alpha={alpha}: must be in (0, 1]")
-        self.alpha = alpha
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
+            raise ConfigError(f"EagleProfile.warmup={warmup!r}: must be an integer >= 1")
+        self.alpha, self.warmup = alpha, warmup
         self.mean: np.ndarray | None = None
+        self.updates = 0
+
+    @property
+    def ready(self) -> bool:
+        return self.updates >= self.warmup
 
     def update(self, sorted_probs: np.ndarray) -> None:
         p = np.asarray(sorted_probs, np.float64).reshape(-1)
         if self.mean is None or self.mean.shape != p.shape:
-            self.mean = p.copy()
+            self.mean, self.updates = p.copy(), 0
         else:
-            self.mean += self.alpha * (p - self.mean)
+            self.mean += max(self.alpha, 1.0 / (self.updates + 1)) * (p - self.mean)
+        self.updates += 1
 
 
 def should_grow(suffix_sorted: np.ndarray, q1: float, profile: EagleProfile, costs: VerifyCosts) -> bool:
     """Whether an EAGLE growth is expected to pay this step (rule in the module docstring). ``suffix_sorted``:
     the suffix candidates' non-root p, largest first; ``q1``: the largest p among the suffix's depth-1 nodes
-    (0 without a match). Grows while no profile exists yet."""
-    if profile.mean is None:
+    (0 without a match). Grows until the profile is ``ready``."""
+    if not profile.ready:
         return True
     without = plan_budget(suffix_sorted, costs, costs.suffix_ms)
     estimate = np.sort(np.concatenate([np.asarray(suffix_sorted, np.float64), (1.0 - q1) * profile.mean]))[::-1]

@@ -43,10 +43,6 @@ from .suffix import SuffixCalibration, SuffixConfig, SuffixIndex, default_calibr
 MODES = ("eagle", "suffix", "hybrid")
 BUDGETS = ("fixed", "adaptive")
 
-SHIPPED_HEAD_EAGLE_POWER = 1.1
-"""``eagle_power`` of the shipped SmolLM2 head (``draft.merge``: its p = exp(1.1 * score) matches its acceptance
-on the replay's fit half; 1.0 is EAGLE-2's uncalibrated rule, the right default for an unmeasured head)."""
-
 
 @dataclass(frozen=True)
 class StepProposal:
@@ -68,12 +64,14 @@ class HybridProposer:
     ``VerifyCosts`` the adaptive rule uses (default: the default teacher on a 2-core CPU); only the buckets
     ``<= max_nodes``'s bucket among ``buckets`` (the teacher's) are considered. ``eagle_power``: the head's
     calibration (``draft.merge``). ``skip_growth`` (adaptive hybrid only): False grows the head every step
-    (an ablation of ``should_grow``)."""
+    (an ablation of ``should_grow``); otherwise the head still grows at least every ``explore_every`` steps,
+    to keep the profile ``should_grow`` relies on current. The profile and that count persist across requests
+    (they describe the head, not the conversation)."""
 
     def __init__(self, mode: str = "hybrid", budget: str = "fixed", eagle=None, max_nodes: int = 16,
                  suffix: SuffixConfig = SuffixConfig(), calibration: SuffixCalibration | None = None,
                  costs: VerifyCosts | None = None, buckets: Sequence[int] | None = None, eagle_power: float = 1.0,
-                 skip_growth: bool = True):
+                 skip_growth: bool = True, explore_every: int = 32):
         if mode not in MODES:
             raise ConfigError(f"HybridProposer mode={mode!r}: expected one of {MODES}")
         if budget not in BUDGETS:
@@ -87,6 +85,10 @@ class HybridProposer:
                               "(the largest verification bucket)")
         if not eagle_power > 0:
             raise ConfigError(f"HybridProposer eagle_power={eagle_power!r}: must be > 0")
+        if isinstance(explore_every, bool) or not isinstance(explore_every, int) or explore_every < 1:
+            raise ConfigError(f"HybridProposer explore_every={explore_every!r}: must be an integer >= 1")
+        self.explore_every = explore_every
+        self._since_growth = 0
         self.mode, self.budget = mode, budget
         self.eagle_power, self.skip_growth = float(eagle_power), bool(skip_growth)
         self.eagle = eagle if mode != "suffix" else None
@@ -127,8 +129,10 @@ class HybridProposer:
         suffix = (suffix_candidates(self.index, self.suffix_cfg, self.calibration) if self.mode != "eagle"
                   else None)
         grow = self.eagle is not None and (self.mode == "eagle" or self.budget == "fixed" or not self.skip_growth
+                                           or self._since_growth + 1 >= self.explore_every
                                            or should_grow(_sorted(suffix), _best_child(suffix), self.profile,
                                                           self.costs))
+        self._since_growth = 0 if grow else self._since_growth + 1
         eagle = None
         if grow:
             self.catch_up()
@@ -211,4 +215,4 @@ def _best_child(tree: CandidateTree | None) -> float:
     return float(tree.probs[1:][first].max())
 
 
-__all__ = ["BUDGETS", "HybridProposer", "MODES", "SHIPPED_HEAD_EAGLE_POWER", "StepProposal"]
+__all__ = ["BUDGETS", "HybridProposer", "MODES", "StepProposal"]
