@@ -74,7 +74,8 @@ def pooled_estimate(rows: dict) -> dict:
     ttft = {i: float(np.median([r["ttft"] for rs in rows.values() for r in rs if r["prompt"] == i])) for i in prompts}
 
     def tok_s(n, r):
-        seconds = ttft[r["prompt"]] + sum(verify_ms[b] + host_ms[n, g] for b, g in zip(r["buckets"], r["grew_steps"])) / 1000
+        steps_ms = sum(verify_ms[b] + host_ms[n, g] for b, g in zip(r["buckets"], r["grew_steps"]))
+        seconds = ttft[r["prompt"]] + steps_ms / 1000
         return r["tokens"] / seconds
 
     greedy = {r["prompt"]: tok_s("greedy", r) for r in rows["greedy"]}

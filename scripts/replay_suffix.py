@@ -18,7 +18,8 @@ What it prints (a table per group, then one JSON line; ``--out`` also writes rep
      with a cost model (``draft.budget.VerifyCosts``) each policy's estimated ms per token and speedup over
      plain decoding.
 
-The EAGLE branch is approximated by the recorded accepted chain (its rejected nodes are unknown), each node
+Replays price steps with the cost model, so their proposers do not learn costs (``learn_costs=False``). In the
+per-step evaluation the EAGLE branch is approximated by the recorded accepted chain (its rejected nodes are unknown), each node
 with the head's empirical depth profile P(accepted >= d) from the fit half as its p: optimistic for the head
 (its chain is always right where it exists) but blind to how confident it was at that step.
 """
@@ -162,7 +163,8 @@ def reliability(rows: np.ndarray, edges=(0, .1, .2, .3, .4, .5, .6, .7, .8, .9, 
         sel = (rows[:, 0] >= lo) & (rows[:, 0] < hi)
         if sel.any():
             out.append({"bin": [lo, min(hi, 1.0)], "nodes": int(sel.sum()),
-                        "predicted": round(float(rows[sel, 0].mean()), 3), "observed": round(float(rows[sel, 1].mean()), 3)})
+                        "predicted": round(float(rows[sel, 0].mean()), 3),
+                        "observed": round(float(rows[sel, 1].mean()), 3)})
     return out
 
 
@@ -296,7 +298,7 @@ def hybrid_sequential_eval(turns, recorded: dict, cfg: SuffixConfig, calibration
         rows, grown = [], 0
         # One proposer for all turns, as a server keeps one: the head's profile persists across requests.
         prop = HybridProposer(eagle=RecordedEagle(0, None, None, None) if kw["mode"] != "suffix" else None,
-                              suffix=cfg, calibration=calibration, costs=costs, **kw)
+                              suffix=cfg, calibration=calibration, costs=costs, learn_costs=False, **kw)
         for t in turns:
             if prop.eagle is not None:
                 prop.eagle = RecordedEagle(len(t.prompt), *recorded[t.id])
@@ -382,7 +384,7 @@ def sequential_eval(turns, cfg: SuffixConfig, calibration, costs: VerifyCosts):
         rows = []
         for t in turns:
             prop = HybridProposer("suffix", budget, max_nodes=64 if budget == "adaptive" else FIXED_NODES,
-                                  suffix=cfg, calibration=calibration, costs=costs)
+                                  suffix=cfg, calibration=calibration, costs=costs, learn_costs=False)
             for st in replay(prop, t.prompt, t.output):
                 bucket = min(b for b in ms if b >= st.nodes)
                 rows.append((st.emitted, ms[bucket] + costs.suffix_ms))
@@ -560,7 +562,8 @@ def _markdown(result: dict) -> str:
             lines.append(f"| {b[0]:.1f}-{b[1]:.1f} | {a.get('nodes', '')} | {a.get('predicted', '')} | "
                          f"{a.get('observed', '')} | {c.get('nodes', '')} | {c.get('predicted', '')} | "
                          f"{c.get('observed', '')} |")
-    lines += ["", "## Reliability of the suffix p on the eval half (node paths)", "", "| bin | nodes | predicted | observed |",
+    lines += ["", "## Reliability of the suffix p on the eval half (node paths)", "",
+              "| bin | nodes | predicted | observed |",
               "|---|---|---|---|"]
     for r in result["reliability_eval_half"]:
         lines.append(f"| {r['bin'][0]:.1f}-{r['bin'][1]:.1f} | {r['nodes']} | {r['predicted']} | {r['observed']} |")

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mindspore_eagle.draft.budget import EagleProfile, VerifyCosts, plan_budget, should_grow
+from mindspore_eagle.draft.budget import CostTracker, EagleProfile, VerifyCosts, plan_budget, should_grow
 from mindspore_eagle.draft.grow import select_tree
 from mindspore_eagle.draft.merge import (SOURCE_BOTH, SOURCE_EAGLE, SOURCE_ROOT, SOURCE_SUFFIX, CandidateTree,
                                          merge_trees, select, union)
@@ -219,3 +219,38 @@ def test_costs_are_validated():
         EagleProfile(0.0)
     with pytest.raises(ConfigError, match="warmup"):
         EagleProfile(warmup=0)
+
+
+def test_cost_tracker_follows_observed_medians_and_drops_compile_outliers():
+    tracker = CostTracker(COSTS, window=3)
+    assert tracker.costs().bucket_ms == COSTS.bucket_ms  # nothing seen: the prior
+    tracker.observe(12, 5000.0)  # a first call that compiled the 16-row graph: dropped
+    for ms in (90.0, 95.0, 100.0, 400.0):  # the window keeps the last 3: median 100
+        tracker.observe(16, ms)
+    tracker.observe(1, 60.0)
+    tracker.observe_growth(12.0)
+    c = tracker.costs()
+    # seen: 1 -> 60 (prior 70), 16 -> 100 (prior 126); unseen 8 and 32 scale their priors by the median ratio
+    # of the seen ones; then non-decreasing (16 rises to 8's estimate)
+    scale = np.median([60 / 70, 100 / 126])
+    np.testing.assert_allclose([ms for _, ms in c.bucket_ms], [60, 125 * scale, 125 * scale, 176 * scale])
+    assert c.grow_ms == 12.0
+    assert tracker.bucket_of(9) == 16 and tracker.bucket_of(100) == 32
+
+
+def test_an_adaptive_proposer_learns_costs_from_the_time_between_propose_and_accept():
+    from mindspore_eagle.draft.hybrid import HybridProposer
+    from mindspore_eagle.verify import Acceptance
+
+    now = [0.0]
+    prop = HybridProposer("suffix", "adaptive", costs=COSTS, clock=lambda: now[0])
+    seq = [1, 2, 3, 4] * 6
+    prop.begin(seq, np.zeros((len(seq), 0), np.float32), 1)
+    for _ in range(3):
+        layout = prop.propose(prop.index.tokens[-1])
+        now[0] += 0.040  # the engine spent 40 ms verifying
+        prop.accept(Acceptance((0,), (2,), 2), np.zeros((1, 0), np.float32))
+        seq.append(2)
+    assert dict(prop.costs.bucket_ms)[prop.tracker.bucket_of(layout.num_nodes)] == pytest.approx(40.0)
+    with pytest.raises(ConfigError, match="window"):
+        CostTracker(COSTS, window=0)

@@ -146,6 +146,57 @@ def should_grow(suffix_sorted: np.ndarray, q1: float, profile: EagleProfile, cos
     return with_growth.rate > without.rate
 
 
+class CostTracker:
+    """Per-bucket step costs learnt while generating: the median of the last ``window`` observations of each
+    bucket (and of growths); a bucket not seen yet costs its ``prior`` scaled by how the observed buckets
+    compare with theirs (the median ratio: a machine twice as busy is busy for every bucket); then the table is
+    made non-decreasing in the bucket.
+
+    A proposer can observe its own steps without help from the engine: the time from the end of ``propose``
+    to the start of the next ``accept`` is the engine's checks, mask, verification forward, acceptance and
+    commit for a tree of the proposed size, i.e. exactly the cost the adaptive rule trades against tokens.
+    Measured costs at start-up drift on a shared machine (two start-up measurements here disagreed by 2x on
+    the 16-row bucket); the running medians follow the machine. An observation above ``outlier`` times the
+    current estimate is dropped: a graph compiled on first use takes seconds, and one such sample would
+    otherwise keep that bucket out of use until ``window`` others arrived, which they never would."""
+
+    def __init__(self, prior: VerifyCosts, window: int = 16, outlier: float = 10.0):
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ConfigError(f"CostTracker.window={window!r}: must be an integer >= 1")
+        if not outlier > 1:
+            raise ConfigError(f"CostTracker.outlier={outlier!r}: must be > 1")
+        self.prior, self.window, self.outlier = prior, window, float(outlier)
+        self._seen: dict[int, list[float]] = {b: [] for b, _ in prior.bucket_ms}
+        self._grow: list[float] = []
+
+    def bucket_of(self, num_nodes: int) -> int:
+        """The smallest tracked bucket holding ``num_nodes`` (the engine's rule)."""
+        return min((b for b in self._seen if b >= num_nodes), default=max(self._seen))
+
+    def observe(self, num_nodes: int, ms: float) -> None:
+        b = self.bucket_of(num_nodes)
+        self._push(self._seen[b], ms, dict(self.prior.bucket_ms)[b])
+
+    def observe_growth(self, ms: float) -> None:
+        self._push(self._grow, ms, self.prior.grow_ms)
+
+    def _push(self, window: list[float], ms: float, prior: float) -> None:
+        current = float(np.median(window)) if window else prior
+        if ms > self.outlier * max(current, 1e-3):
+            return
+        window.append(float(ms))
+        del window[:-self.window]
+
+    def costs(self) -> VerifyCosts:
+        prior = dict(self.prior.bucket_ms)
+        buckets = sorted(self._seen)
+        seen = {b: float(np.median(v)) for b, v in self._seen.items() if v}
+        scale = float(np.median([seen[b] / prior[b] for b in seen])) if seen else 1.0
+        ms = [seen.get(b, prior[b] * scale) for b in buckets]
+        grow = float(np.median(self._grow)) if self._grow else self.prior.grow_ms
+        return VerifyCosts(tuple(zip(buckets, np.maximum.accumulate(ms).tolist())), grow, self.prior.suffix_ms)
+
+
 class _FixedChainProposer:
     """Proposes a chain of ``n - 1`` copies of the root (any valid tree of n nodes costs the same)."""
 
@@ -196,5 +247,6 @@ def measure_costs(teacher, prompt: Sequence[int], steps: int = 6, rounds: int = 
                        float(np.median(grow)) if grow else DEFAULT_GROW_MS)
 
 
-__all__ = ["BudgetPlan", "DEFAULT_BUCKET_MS", "DEFAULT_GROW_MS", "EagleProfile", "VerifyCosts", "measure_costs",
+__all__ = ["BudgetPlan", "CostTracker", "DEFAULT_BUCKET_MS", "DEFAULT_GROW_MS", "EagleProfile", "VerifyCosts",
+           "measure_costs",
            "plan_budget", "should_grow"]

@@ -28,14 +28,15 @@ what was accepted), for traces and ablations.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from ..errors import ConfigError, TreeInvariantError
 from ..tree.layout import DEFAULT_BUCKETS, TreeLayout
-from .budget import EagleProfile, VerifyCosts, plan_budget, should_grow
+from .budget import CostTracker, EagleProfile, VerifyCosts, plan_budget, should_grow
 from .grow import select_tree
 from .merge import SOURCE_BOTH, SOURCE_EAGLE, SOURCE_ROOT, SOURCE_SUFFIX, CandidateTree, MergedTree, select, union
 from .suffix import SuffixCalibration, SuffixConfig, SuffixIndex, default_calibration, suffix_candidates
@@ -66,12 +67,14 @@ class HybridProposer:
     calibration (``draft.merge``). ``skip_growth`` (adaptive hybrid only): False grows the head every step
     (an ablation of ``should_grow``); otherwise the head still grows at least every ``explore_every`` steps,
     to keep the profile ``should_grow`` relies on current. The profile and that count persist across requests
-    (they describe the head, not the conversation)."""
+    (they describe the head, not the conversation). ``learn_costs`` (adaptive only): ``costs`` is the prior of a
+    ``CostTracker`` that follows the step costs this proposer observes (``clock`` is its time source)."""
 
     def __init__(self, mode: str = "hybrid", budget: str = "fixed", eagle=None, max_nodes: int = 16,
                  suffix: SuffixConfig = SuffixConfig(), calibration: SuffixCalibration | None = None,
                  costs: VerifyCosts | None = None, buckets: Sequence[int] | None = None, eagle_power: float = 1.0,
-                 skip_growth: bool = True, explore_every: int = 32):
+                 skip_growth: bool = True, explore_every: int = 32, learn_costs: bool = True,
+                 clock: Callable[[], float] = time.perf_counter):
         if mode not in MODES:
             raise ConfigError(f"HybridProposer mode={mode!r}: expected one of {MODES}")
         if budget not in BUDGETS:
@@ -101,6 +104,9 @@ class HybridProposer:
         cap = min((b for b, _ in costs.bucket_ms if b >= max_nodes), default=costs.bucket_ms[-1][0])
         self.costs = VerifyCosts(tuple((b, ms) for b, ms in costs.bucket_ms if b <= cap), costs.grow_ms,
                                  costs.suffix_ms)
+        self.tracker = CostTracker(self.costs) if learn_costs and budget == "adaptive" else None
+        self._clock = clock
+        self._proposed_at: float | None = None
         self.index = SuffixIndex(suffix.max_match)
         self.profile = EagleProfile()
         self.log: list[StepProposal] = []
@@ -116,6 +122,7 @@ class HybridProposer:
         self.index.extend(list(prompt) + [int(first_token)])
         self.log = []
         self._last = None
+        self._proposed_at = None
         self._pending_tokens, self._pending_feats = [], []
         if self.eagle is not None:
             self.eagle.reset()
@@ -135,8 +142,11 @@ class HybridProposer:
         self._since_growth = 0 if grow else self._since_growth + 1
         eagle = None
         if grow:
+            t0 = self._clock()
             self.catch_up()
             scores, tokens, parents = self.eagle.candidates()
+            if self.tracker is not None:
+                self.tracker.observe_growth((self._clock() - t0) * 1000)
             if self.mode == "eagle" and self.budget == "fixed":  # exactly Eagle3Proposer's tree
                 grown = select_tree(root, scores, tokens, parents, self.max_nodes)
                 source = np.full(grown.layout.num_nodes, SOURCE_EAGLE, np.int8)
@@ -157,6 +167,10 @@ class HybridProposer:
         return self._record(select(cands, n), grow, bucket, match)
 
     def accept(self, acceptance, aux_hidden: np.ndarray) -> None:
+        if self.tracker is not None and self._proposed_at is not None and self._last is not None:
+            self.tracker.observe(self._last.layout.num_nodes, (self._clock() - self._proposed_at) * 1000)
+            self.costs = self.tracker.costs()
+        self._proposed_at = None
         self.index.extend(acceptance.tokens)
         if self.eagle is not None:
             self._queue(acceptance.tokens, aux_hidden)
@@ -194,6 +208,7 @@ class HybridProposer:
         self._last = merged
         self.log.append(StepProposal(grew, merged.layout.num_nodes, bucket, merged.expected_tokens, match,
                                      tuple(int(s) for s in merged.source)))
+        self._proposed_at = self._clock()
         return merged.layout
 
     def accepted_by_source(self) -> dict[str, int]:
