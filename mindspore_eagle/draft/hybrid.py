@@ -3,9 +3,11 @@
 Modes: ``eagle`` (the EAGLE-3 head alone, today's proposer), ``suffix`` (the suffix index alone: no model, no
 forward pass), ``hybrid`` (both, merged by ``draft.merge``). Budgets: ``fixed`` (every step verifies
 ``max_nodes`` nodes, or fewer when the candidates run out) and ``adaptive`` (``draft.budget``: each step picks
-its node count, hence its bucket, from the candidates' acceptance probabilities and the measured
-``VerifyCosts``; in hybrid mode it also skips the head's growth when the suffix branch is confident enough).
-Every tree is a deterministic draft verified by the one tree-masked forward, so each combination is lossless.
+its node count, hence its bucket, from the candidates' acceptance probabilities and the step costs; in hybrid
+mode it also skips the head's growth when the suffix branch is confident enough). The costs start from
+``VerifyCosts`` and follow what this proposer observes (``CostTracker``: the time from ``propose`` to the next
+``accept`` is the engine's verification of the proposed tree). Every tree is a deterministic draft verified by
+the one tree-masked forward, so each combination is lossless.
 
 The head's context (``Eagle3Proposer``: one entry per committed token, with the teacher's features) must
 follow every committed token, whichever source proposed it. ``accept`` therefore queues the accepted tokens
@@ -18,9 +20,10 @@ One step:
 
     propose(root):  suffix candidates (index lookup, < 1 ms)
                     grow?  eagle mode: always; hybrid: fixed budget always, adaptive by should_grow
+                           (and at least every explore_every steps)
                     if grow: catch_up(); EAGLE candidates (one growth graph)
                     union (shared prefixes once, comparable p) -> budget (fixed n, or plan_budget) -> select
-    accept(acc, aux): index.extend(acc.tokens); queue (acc.tokens, aux) for the head
+    accept(acc, aux): observe the step cost; index.extend(acc.tokens); queue (acc.tokens, aux) for the head
 
 ``log`` holds one ``StepProposal`` per step of the current request (what was proposed, from which source, and
 what was accepted), for traces and ablations.
