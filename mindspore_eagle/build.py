@@ -7,8 +7,11 @@ MindFormers adapter all build through ``build``, so every one of them gets the s
    core -- the *one* ``AttentionChoice``, passed explicitly to the teacher and to the draft head;
 2. the tree budget against the runtime's buckets (``RuntimeConfig.check_tree_size``) before any weight is read;
 3. the teacher (strict load), the tokenizer and the end-of-turn ids;
-4. the draft: the shipped EAGLE-3 head or a head directory (loaded once, reused per request), or an oracle bound
-   ("oracle" / "wrong", made per request from that request's greedy output).
+4. the draft: ``proposer`` "eagle" (the shipped EAGLE-3 head or a head directory), "suffix" (model-free suffix
+   matches over the conversation) or "hybrid" (both in one tree, ``draft.hybrid``), with a ``budget_mode``
+   "fixed" (every step verifies the tree budget's nodes) or "adaptive" (each step picks its bucket from the
+   candidates' acceptance estimates and the measured bucket costs); loaded once, reused per request. Or an oracle
+   bound ("oracle" / "wrong" as ``draft``, made per request from that request's greedy output).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from .harness import ProposerFactory
 from .teacher import Teacher
 
 ORACLES = ("oracle", "wrong")
+PROPOSERS = ("eagle", "suffix", "hybrid")
+BUDGET_MODES = ("fixed", "adaptive")
 
 
 @dataclass(frozen=True)
@@ -37,24 +42,37 @@ class Stack:
     eos: tuple[int, ...]  # end-of-turn ids: the model config's, then the tokenizer's
     model_dir: str  # absolute
     proposer_for: ProposerFactory | None
-    draft_label: str  # absolute head directory, "oracle", "wrong", or "none"
+    draft_label: str  # absolute head directory, "oracle", "wrong", "suffix" (no head), or "none"
     budget: TreeBudget | None
+    proposer: str = "eagle"  # PROPOSERS (or the oracle's name)
+    budget_mode: str = "fixed"  # BUDGET_MODES
 
-    def with_draft(self, draft: str | None, budget: TreeBudget, window: int | None = None) -> "Stack":
+    def with_draft(self, draft: str | None, budget: TreeBudget, window: int | None = None, proposer: str = "eagle",
+                   budget_mode: str = "fixed") -> "Stack":
         """This stack (same teacher, engine and tokenizer) with another draft: sweeps load the teacher once."""
-        from .draft import default_head_dir, load_proposer
+        from .draft import HybridProposer, default_head_dir, load_proposer
 
+        check_draft_kind(draft, proposer, budget_mode)
         check_draft_fits(self.teacher.runtime, draft, budget)
         if draft in ORACLES:
-            proposer_for, label = oracle_factory(draft, budget.depth, self.teacher.cfg.vocab_size), draft
+            factory = oracle_factory(draft, budget.depth, self.teacher.cfg.vocab_size)
+            return dataclasses.replace(self, proposer_for=factory, draft_label=draft, budget=budget, proposer=draft,
+                                       budget_mode="fixed")
+        buckets = self.teacher.runtime.buckets
+        head = None if proposer == "suffix" else load_proposer(draft, self.teacher, budget, window)
+        if proposer == "eagle" and budget_mode == "fixed":
+            made = head  # the plain EAGLE-3 proposer: exactly its trees
         else:
-            proposer = load_proposer(draft, self.teacher, budget, window)
-            proposer_for, label = (lambda greedy: proposer), os.path.abspath(draft or default_head_dir())
-        return dataclasses.replace(self, proposer_for=proposer_for, draft_label=label, budget=budget)
+            cap = budget.max_nodes if budget_mode == "fixed" else buckets.largest
+            made = HybridProposer(proposer, budget_mode, eagle=head, max_nodes=cap, buckets=buckets.sizes)
+        label = "suffix" if head is None else os.path.abspath(draft or default_head_dir())
+        return dataclasses.replace(self, proposer_for=lambda greedy: made, draft_label=label, budget=budget,
+                                   proposer=proposer, budget_mode=budget_mode)
 
 
 def build(model: str | None, runtime: RuntimeConfig, draft: str | None = None, budget: TreeBudget | None = None, *,
-          speculative: bool = True, window: int | None = None, deployment=None, tokenizer: bool = True) -> Stack:
+          speculative: bool = True, window: int | None = None, deployment=None, tokenizer: bool = True,
+          proposer: str = "eagle", budget_mode: str = "fixed") -> Stack:
     """Build a ``Stack`` (see the module docstring). ``model`` None: the installed default teacher; ``draft`` None:
     the shipped head for it; ``speculative`` False: teacher only (no draft is loaded)."""
     from . import deploy
@@ -64,6 +82,7 @@ def build(model: str | None, runtime: RuntimeConfig, draft: str | None = None, b
     model_dir = os.path.abspath(model or require_default_model())
     budget = (budget or TreeBudget()) if speculative else None
     if budget is not None:
+        check_draft_kind(draft, proposer, budget_mode)
         check_draft_fits(runtime, draft, budget)
     teacher_cfg = TeacherConfig.load(model_dir)
     check_cache_fits(runtime, teacher_cfg)
@@ -80,7 +99,16 @@ def build(model: str | None, runtime: RuntimeConfig, draft: str | None = None, b
         tok = load_tokenizer(model_dir)
     eos = tuple(dict.fromkeys(tuple(teacher.cfg.eos_token_ids) + (tuple(tok.eos_token_ids) if tok else ())))
     stack = Stack(teacher, SpeculativeEngine(teacher), tok, eos, model_dir, None, "none", None)
-    return stack.with_draft(draft, budget, window) if speculative else stack
+    return stack.with_draft(draft, budget, window, proposer, budget_mode) if speculative else stack
+
+
+def check_draft_kind(draft: str | None, proposer: str, budget_mode: str) -> None:
+    """ConfigError naming the flag when the proposer or budget mode is unknown (before anything loads). An oracle
+    ``draft`` replaces the proposer altogether (both flags are then ignored)."""
+    if proposer not in PROPOSERS:
+        raise ConfigError(f"--proposer {proposer!r}: expected one of {PROPOSERS}")
+    if budget_mode not in BUDGET_MODES:
+        raise ConfigError(f"--budget {budget_mode!r}: expected one of {BUDGET_MODES}")
 
 
 def check_draft_fits(runtime: RuntimeConfig, draft: str | None, budget: TreeBudget) -> None:
@@ -119,4 +147,5 @@ def oracle_factory(mode: str, depth: int, vocab_size: int) -> ProposerFactory:
     return lambda greedy: OracleProposer(greedy.tokens, depth, vocab_size, mode)
 
 
-__all__ = ["ORACLES", "Stack", "build", "cache_bytes", "check_cache_fits", "check_draft_fits", "oracle_factory"]
+__all__ = ["BUDGET_MODES", "ORACLES", "PROPOSERS", "Stack", "build", "cache_bytes", "check_cache_fits",
+           "check_draft_fits", "check_draft_kind", "oracle_factory"]

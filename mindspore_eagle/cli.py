@@ -20,6 +20,10 @@ import time
 
 from .errors import EagleError
 
+# The drafting the CLI uses unless told otherwise (the best combination of the drafting ablation, README "Results").
+DEFAULT_PROPOSER = "hybrid"
+DEFAULT_BUDGET_MODE = "adaptive"
+
 
 def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="converted model directory (default: the installed SmolLM2)")
@@ -44,6 +48,12 @@ def _add_spec_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--depth", type=int, default=6, help="tree budget: deepest draft level")
     p.add_argument("--top-k", type=int, default=8, help="tree budget: children per expanded node")
     p.add_argument("--window", type=int, default=None, help="draft context window (ablation; default: full)")
+    p.add_argument("--proposer", choices=["eagle", "suffix", "hybrid"], default=DEFAULT_PROPOSER,
+                   help="draft source: the EAGLE-3 head, model-free suffix matches over the conversation, or both in "
+                        f"one tree (default {DEFAULT_PROPOSER})")
+    p.add_argument("--budget", dest="budget_mode", choices=["fixed", "adaptive"], default=DEFAULT_BUDGET_MODE,
+                   help="fixed: every step verifies --max-nodes nodes; adaptive: each step picks its bucket from the "
+                        f"candidates' acceptance estimates and measured bucket costs (default {DEFAULT_BUDGET_MODE})")
 
 
 def _runtime(args: argparse.Namespace):
@@ -97,7 +107,7 @@ def _build(args: argparse.Namespace, speculative: bool = True, tokenizer: bool =
 
     return build(args.model, _runtime(args), args.draft if speculative else None,
                  _budget(args) if speculative else None, speculative=speculative, window=args.window,
-                 tokenizer=tokenizer)
+                 tokenizer=tokenizer, proposer=args.proposer, budget_mode=args.budget_mode)
 
 
 def cmd_setup(args: argparse.Namespace) -> int:

@@ -67,6 +67,8 @@ class RunConfig:
     evalset: str  # evalset_digest of the full (unlimited) set
     buckets: tuple[int, ...] = (1, 8, 16, 32, 64)  # the teacher's RuntimeConfig.buckets
     prefill_chunk: int = 64
+    proposer: str = "eagle"  # draft source: eagle / suffix / hybrid (or the oracle's name)
+    budget_mode: str = "fixed"  # fixed / adaptive
     dtype: str = "float32"  # Linear compute dtype of teacher and head
     matmul: str = "mindspore"  # the Linear implementation actually used ("custom" or "mindspore")
 
@@ -91,7 +93,8 @@ class RunConfig:
                    stack.model_dir), draft_fingerprint=draft_fp, max_nodes=budget.max_nodes, depth=budget.depth,
                    top_k=budget.top_k, window=window, exec_mode=rt.exec_mode.value, max_cache_len=rt.max_cache_len,
                    max_new_tokens=max_new_tokens, evalset=evalset_digest(items), buckets=rt.buckets.sizes,
-                   prefill_chunk=rt.prefill_chunk, dtype=stack.teacher.matmul.dtype,
+                   prefill_chunk=rt.prefill_chunk, proposer=stack.proposer, budget_mode=stack.budget_mode,
+                   dtype=stack.teacher.matmul.dtype,
                    matmul=stack.teacher.matmul.backend)
 
 
@@ -282,7 +285,7 @@ def run_shard(stack, items: Sequence[EvalItem], config: RunConfig, out_dir: str,
                     log(f"[rank {rank}] {tid:<16} SKIPPED: {exc}" + (f" (and {len(later)} later turns)" if later
                                                                      else ""))
                     break
-                summary = summarize_turn(tid, item.category, rank, r.greedy, r.spec)
+                summary = summarize_turn(tid, item.category, rank, r.greedy, r.spec, r.sources)
                 block = "".join(st.to_json(record="step", turn=tid) + "\n" for st in r.spec.steps) + summary.to_json() + "\n"
                 _append(f, pending_header + block)
                 pending_header = ""
@@ -297,7 +300,7 @@ def run_shard(stack, items: Sequence[EvalItem], config: RunConfig, out_dir: str,
     return written
 
 
-def summarize_turn(turn_id: str, category: str, rank: int, greedy, spec) -> TurnSummary:
+def summarize_turn(turn_id: str, category: str, rank: int, greedy, spec, sources: dict | None = None) -> TurnSummary:
     """The ``TurnSummary`` of one turn from its greedy and speculative ``Generation``s."""
     emitted = sum(st.emitted for st in spec.steps)
     lossless = greedy.tokens == spec.tokens
@@ -313,7 +316,10 @@ def summarize_turn(turn_id: str, category: str, rank: int, greedy, spec) -> Turn
         spec_draft_s=round(spec.seconds("grow") + spec.seconds("update"), 6),
         lossless=lossless, output_ids=tuple(int(t) for t in greedy.tokens),
         spec_ids=None if lossless else tuple(int(t) for t in spec.tokens),
-        spec_host_s=round(spec.seconds("host"), 6))
+        spec_host_s=round(spec.seconds("host"), 6),
+        accepted_eagle=None if sources is None else int(sources["eagle"]),
+        accepted_suffix=None if sources is None else int(sources["suffix"]),
+        accepted_both=None if sources is None else int(sources["both"]))
 
 
 # ----- merge -------------------------------------------------------------------------------------------------

@@ -30,10 +30,12 @@ ProposerFactory = Callable[[Generation], Proposer]
 
 @dataclass(frozen=True)
 class Comparison:
-    """The greedy and the speculative generation of one prompt."""
+    """The greedy and the speculative generation of one prompt, and which draft source the accepted tokens came
+    from (``{"eagle": n, "suffix": n, "both": n}``; None for a draft without sources, e.g. an oracle)."""
 
     greedy: Generation
     spec: Generation
+    sources: dict | None = None
 
     @property
     def lossless(self) -> bool:
@@ -48,8 +50,20 @@ def compare(engine: SpeculativeEngine, prompt: Sequence[int], proposer_for: Prop
             eos: Sequence[int] = (), sampling: SamplingParams = SamplingParams()) -> Comparison:
     """Greedy then speculative on ``prompt`` (timed separately, same sampling parameters)."""
     greedy = engine.generate(prompt, max_new_tokens, eos, sampling)
-    spec = engine.generate(prompt, max_new_tokens, eos, sampling, proposer=proposer_for(greedy))
-    return Comparison(greedy, spec)
+    proposer = proposer_for(greedy)
+    spec = engine.generate(prompt, max_new_tokens, eos, sampling, proposer=proposer)
+    return Comparison(greedy, spec, accepted_sources(proposer, spec))
+
+
+def accepted_sources(proposer: Proposer, spec: Generation) -> dict | None:
+    """Accepted draft tokens of ``spec`` by the source that proposed them."""
+    from .draft import Eagle3Proposer, HybridProposer
+
+    if isinstance(proposer, HybridProposer):
+        return proposer.accepted_by_source()
+    if isinstance(proposer, Eagle3Proposer):
+        return {"eagle": sum(s.accepted_len for s in spec.steps), "suffix": 0, "both": 0}
+    return None
 
 
 def warm_up(engine: SpeculativeEngine, proposer_for: ProposerFactory | None, example: Sequence[int],
@@ -75,4 +89,4 @@ def warm_up(engine: SpeculativeEngine, proposer_for: ProposerFactory | None, exa
         engine.cache.reset()
 
 
-__all__ = ["Comparison", "ProposerFactory", "compare", "warm_up"]
+__all__ = ["Comparison", "ProposerFactory", "accepted_sources", "compare", "warm_up"]

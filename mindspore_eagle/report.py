@@ -138,6 +138,12 @@ def metrics(turns: Sequence[TurnSummary], steps: dict | None = None) -> dict:
         "tokens": sum(t.tokens for t in turns),
         "cycles": cycles,
     }
+    recorded = [t for t in turns if t.accepted_eagle is not None]
+    if recorded:
+        by = {k: sum(getattr(t, f"accepted_{k}") for t in recorded) for k in ("eagle", "suffix", "both")}
+        total = sum(by.values())
+        out["accepted_by_source"] = {**by, "suffix_share": _round((by["suffix"] + by["both"]) / total) if total
+                                     else float("nan")}
     all_steps = [s for t in turns for s in (steps or {}).get(t.turn, [])]
     if all_steps:
         out["step_ms"] = {k: _round(float(np.mean([getattr(s, f"{k}_ms") for s in all_steps])), 2)
@@ -155,11 +161,13 @@ def _overhead_share(turns: Sequence[TurnSummary], spec_s: float) -> float:
 
 
 def breakdown(turns: Sequence[TurnSummary], key=lambda t: t.category) -> dict:
-    """``{group: {turns, lossless_turns, tau, speedup_mean, speedup_p50, tok_s_greedy, tok_s_spec}}``."""
+    """``{group: {turns, lossless_turns, tau, speedup_mean, speedup_p50, tok_s_greedy, tok_s_spec[,
+    accepted_by_source]}}``."""
     groups: dict[str, list] = {}
     for t in turns:
         groups.setdefault(key(t), []).append(t)
-    keep = ("turns", "lossless_turns", "tau", "speedup_mean", "speedup_p50", "tok_s_greedy", "tok_s_spec")
+    keep = ("turns", "lossless_turns", "tau", "speedup_mean", "speedup_p50", "tok_s_greedy", "tok_s_spec",
+            "accepted_by_source")
     return {g: {k: v for k, v in metrics(ts).items() if k in keep} for g, ts in sorted(groups.items())}
 
 
@@ -191,13 +199,18 @@ def format_report(r: dict) -> str:
     if "step_ms" in r:
         lines.append("mean ms per step: " + ", ".join(f"{k} {v}" for k, v in r["step_ms"].items())
                      + f"; mean tree nodes {r['tree_nodes_mean']}")
+    if "accepted_by_source" in r:
+        a = r["accepted_by_source"]
+        lines.append(f"accepted drafts by source: eagle {a['eagle']}, suffix {a['suffix']}, both {a['both']} "
+                     f"(suffix share {a['suffix_share']})")
     for title, key in (("source", "by_source"), ("category", "by_category")):
         lines.append("")
         lines.append(f"{title:<12} {'turns':>5} {'lossless':>8} {'tau':>6} {'speedup':>7} {'p50':>6} "
-                     f"{'greedy tok/s':>12} {'spec tok/s':>10}")
+                     f"{'greedy tok/s':>12} {'spec tok/s':>10} {'suffix share':>12}")
         for g, m in r[key].items():
+            share = m.get("accepted_by_source", {}).get("suffix_share", "")
             lines.append(f"{g:<12} {m['turns']:>5} {m['lossless_turns']:>8} {m['tau']:>6} {m['speedup_mean']:>7} "
-                         f"{m['speedup_p50']:>6} {m['tok_s_greedy']:>12} {m['tok_s_spec']:>10}")
+                         f"{m['speedup_p50']:>6} {m['tok_s_greedy']:>12} {m['tok_s_spec']:>10} {share:>12}")
     return "\n".join(lines)
 
 

@@ -105,6 +105,9 @@ class TurnSummary:
     output_ids: tuple[int, ...]  # the greedy output: the next turn of the conversation is conditioned on it
     spec_ids: tuple[int, ...] | None = None  # the speculative output when it differs from greedy, else None
     spec_host_s: float | None = None  # spec host time of the steps (checks, mask, acceptance); None in legacy traces
+    accepted_eagle: int | None = None  # accepted draft tokens proposed by the EAGLE-3 head only (None: not recorded)
+    accepted_suffix: int | None = None  # ... by the suffix index only
+    accepted_both: int | None = None  # ... by both sources (the merged tree shared the node)
 
     def to_json(self) -> str:
         d = {"record": "turn", **dataclasses.asdict(self)}

@@ -1,7 +1,11 @@
-"""Ablations: draft context window, execution mode; each writes its table and plot.
+"""Ablations: drafting (proposer x budget), draft context window, execution mode; each writes its table and plot.
 
-    .venv/bin/python scripts/ablate.py --out results/ablate [--what window,exec] [--limit 24]
+    .venv/bin/python scripts/ablate.py --out results/ablate [--what drafting,window,exec] [--limit 24]
         [--windows 16,32,64,128] [--exec-limit 4 --exec-max-new-tokens 32] [--draft HEAD_DIR] [--model DIR]
+
+drafting  ``--proposer eagle|suffix|hybrid`` x ``--budget fixed|adaptive`` (``DRAFTING``), plus EAGLE-only at the
+        sweet spot of the tree-budget sweep (8 nodes / depth 2 / top-k 4): which source to draft from, and whether a
+        per-step budget beats a fixed one. Per variant also the share of accepted drafts that came from the suffix.
 
 window  the draft attends to its last W context entries only (``Eagle3Proposer(window=W)``) vs the full
         context. The claim under test: truncating the draft's context hurts acceptance (tau) and speed.
@@ -25,20 +29,24 @@ from mindspore_eagle.evaluate import add_variant_flags, evaluate_variant, load_i
 from mindspore_eagle.report import plot_bars, write_table
 
 COLUMNS = ("variant", "turns", "lossless_turns", "tau", "speedup_mean", "speedup_p50", "speedup_p90",
-           "speedup_p99", "tok_s_greedy", "tok_s_spec")
-TITLES = {"window": "draft context window", "exec": "execution mode"}
+           "speedup_p99", "tok_s_greedy", "tok_s_spec", "suffix_share")
+TITLES = {"drafting": "drafting: proposer x budget", "window": "draft context window", "exec": "execution mode"}
+DRAFTING = (("eagle-fixed", "eagle", "fixed", None), ("eagle-fixed-8/2/4", "eagle", "fixed", (8, 2, 4)),
+            ("suffix-fixed", "suffix", "fixed", None), ("suffix-adaptive", "suffix", "adaptive", None),
+            ("hybrid-fixed", "hybrid", "fixed", None), ("hybrid-adaptive", "hybrid", "adaptive", None))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_variant_flags(ap)
-    ap.add_argument("--what", default="window,exec", help="comma list of: window, exec")
+    ap.add_argument("--what", default="drafting", help="comma list of: drafting, window, exec")
     ap.add_argument("--windows", default="16,32,64,128")
     ap.add_argument("--exec-limit", type=int, default=4)
     ap.add_argument("--exec-max-new-tokens", type=int, default=32)
-    ap.add_argument("--max-nodes", type=int, default=32)
-    ap.add_argument("--depth", type=int, default=6)
-    ap.add_argument("--top-k", type=int, default=8)
+    ap.add_argument("--max-nodes", type=int, default=16)
+    ap.add_argument("--depth", type=int, default=5)
+    ap.add_argument("--top-k", type=int, default=4)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     args = ap.parse_args(argv)
     what = [w for w in args.what.split(",") if w]
     unknown = sorted(set(what) - set(TITLES))
@@ -47,16 +55,21 @@ def main(argv=None) -> int:
 
     items = load_items(args.eval_set, args.subset)
     budget = TreeBudget(max_nodes=args.max_nodes, depth=args.depth, top_k=args.top_k)
-    stack = build(args.model, RuntimeConfig(max_cache_len=args.max_cache_len), args.draft, budget)
+    runtime = RuntimeConfig(max_cache_len=args.max_cache_len, dtype=args.dtype)
+    stack = build(args.model, runtime, args.draft, budget)
     common = dict(spread=args.sample == "spread", log=lambda s: None)
     for ablation in what:
         variants = []  # (label, stack, evaluate_variant keyword arguments)
-        if ablation == "window":
+        if ablation == "drafting":
+            for label, proposer, mode, sizes in DRAFTING:
+                b = TreeBudget(*sizes) if sizes else budget
+                variants.append((label, stack.with_draft(args.draft, b, None, proposer, mode), {}))
+        elif ablation == "window":
             variants = [("full", stack, {})] + [(f"W={w}", stack.with_draft(args.draft, budget, int(w)),
                                                   {"window": int(w)}) for w in args.windows.split(",") if w]
         else:
-            ref = build(args.model, RuntimeConfig(max_cache_len=args.max_cache_len, exec_mode="reference"), args.draft,
-                        budget)
+            ref = build(args.model, RuntimeConfig(max_cache_len=args.max_cache_len, exec_mode="reference",
+                                                  dtype=args.dtype), args.draft, budget)
             short = {"limit": args.exec_limit, "max_new_tokens": args.exec_max_new_tokens}
             variants = [("performance", stack, short), ("reference", ref, short)]
         rows = []
@@ -65,7 +78,8 @@ def main(argv=None) -> int:
             print(f"== {ablation}: {label} -> {out}", flush=True)
             kw = {"limit": args.limit, "max_new_tokens": args.max_new_tokens, **kw}
             m = evaluate_variant(variant, items, out, **common, **kw)
-            rows.append({"variant": label, **{c: m[c] for c in COLUMNS[1:]}})
+            share = m.get("accepted_by_source", {}).get("suffix_share")
+            rows.append({"variant": label, **{c: m[c] for c in COLUMNS[1:-1]}, "suffix_share": share})
             print("   " + ", ".join(f"{c} {rows[-1][c]}" for c in COLUMNS[1:]), flush=True)
         stem = os.path.join(args.out, f"ablate_{ablation}")
         md, _ = write_table(rows, COLUMNS, stem)

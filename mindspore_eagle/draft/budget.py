@@ -1,0 +1,253 @@
+"""How many nodes a step verifies: a fixed budget, or the adaptive rule that maximises expected tokens per ms.
+
+On this CPU a verification costs rows almost linearly beyond the first few (``VerifyCosts``: a 16-row bucket
+costs about two decode steps), so verifying 16 rows when nothing is likely to be accepted is a loss, and a
+long confident suffix match deserves a deep chain. The adaptive rule (``plan_budget``) uses the candidates'
+acceptance probabilities ``p`` (``draft.merge``: ``1 + sum(p)`` over a tree estimates the tokens it emits):
+
+    for every verification bucket b:   n_b = min(b, candidates + 1)
+                                       E(b) = 1 + (sum of the n_b - 1 largest p)     # expected tokens emitted
+                                       rate(b) = E(b) / (c(b) + draft_ms)            # expected tokens per ms
+    choose the b with the largest rate (ties to the smaller bucket); verify its n_b most probable nodes.
+
+The best tree with n nodes is the n - 1 most probable candidates (p never increases along a path, so that set
+is ancestor-closed), hence E(b) is exact under the estimate, and the depth follows from the selection: a long
+confident chain fills a bucket with one deep path, weak candidates lose to the one-row bucket (plain decoding).
+
+Skipping EAGLE growth (``should_grow``). Growth costs ``grow_ms`` (about 23 ms of a 150 ms cycle today) before
+its candidates are known, so the decision uses an estimate of what it would add: the head's typical candidate
+probabilities (a running mean of its sorted ``p`` vectors, ``EagleProfile``), discounted by the chance that
+the suffix branch's best first token is wrong (``1 - q1``: when that token is accepted, the head's other
+depth-1 branches are not). Grow iff the best rate with suffix candidates plus the discounted profile, at cost
+``c(b) + grow_ms``, beats the best rate of the suffix candidates alone. The profile needs evidence: the head
+grows at its first ``warmup`` opportunities, and the proposer grows at least every ``explore_every`` steps
+(``HybridProposer``) so that a profile learnt on a few unlucky steps cannot switch the head off for good.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..errors import ConfigError
+
+DEFAULT_BUCKET_MS = ((1, 72.0), (8, 125.0), (16, 126.0), (32, 176.0), (64, 290.0))
+"""Verification ms per bucket of the default teacher (SmolLM2-135M, graph mode, 2-core CPU): buckets 8/16/32
+are the medians of the committed evaluation and sweep traces (``teacher_ms``), 1 and 64 measured by
+``scripts/bench_hybrid.py --costs`` on the same machine. Pass measured costs for any other set-up."""
+
+DEFAULT_GROW_MS = 30.0
+"""One EAGLE growth of the shipped head (23 ms in the evaluation trace) plus its context catch-up (~7 ms)."""
+
+
+@dataclass(frozen=True)
+class VerifyCosts:
+    """Measured milliseconds of a step's parts: ``bucket_ms`` the verification forward per bucket
+    (ascending buckets, 1 = plain decoding, among them), ``grow_ms`` one EAGLE growth including the head's
+    catch-up on the committed tokens, ``suffix_ms`` one suffix proposal."""
+
+    bucket_ms: tuple[tuple[int, float], ...] = DEFAULT_BUCKET_MS
+    grow_ms: float = DEFAULT_GROW_MS
+    suffix_ms: float = 0.1
+
+    def __post_init__(self) -> None:
+        pairs = tuple((int(b), float(ms)) for b, ms in self.bucket_ms)
+        buckets = [b for b, _ in pairs]
+        if not pairs or buckets != sorted(set(buckets)) or buckets[0] < 1:
+            raise ConfigError(f"VerifyCosts.bucket_ms={self.bucket_ms}: need strictly increasing positive buckets")
+        if not all(ms > 0 for _, ms in pairs):
+            raise ConfigError(f"VerifyCosts.bucket_ms={self.bucket_ms}: every cost must be > 0 ms")
+        if not (self.grow_ms >= 0 and self.suffix_ms >= 0):
+            raise ConfigError(f"VerifyCosts: grow_ms={self.grow_ms}, suffix_ms={self.suffix_ms} must be >= 0")
+        object.__setattr__(self, "bucket_ms", pairs)
+
+    @classmethod
+    def from_mapping(cls, bucket_ms: Mapping[int, float], grow_ms: float = DEFAULT_GROW_MS,
+                     suffix_ms: float = 0.1) -> "VerifyCosts":
+        return cls(tuple(sorted((int(b), float(v)) for b, v in bucket_ms.items())), grow_ms, suffix_ms)
+
+    def restricted(self, buckets: Sequence[int]) -> "VerifyCosts":
+        """The costs of the buckets a teacher actually has (ConfigError if one has no measured cost)."""
+        known = dict(self.bucket_ms)
+        missing = [b for b in buckets if b not in known]
+        if missing:
+            raise ConfigError(f"VerifyCosts: no cost for buckets {missing} (have {sorted(known)})")
+        return VerifyCosts(tuple((b, known[b]) for b in sorted(set(buckets))), self.grow_ms, self.suffix_ms)
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """The adaptive rule's choice for one step."""
+
+    num_nodes: int  # nodes to verify, root included
+    bucket: int
+    expected_tokens: float  # E(bucket)
+    rate: float  # expected tokens per ms
+
+
+def plan_budget(sorted_probs: np.ndarray, costs: VerifyCosts, draft_ms: float) -> BudgetPlan:
+    """The rate-maximising bucket for candidates whose non-root probabilities, largest first, are
+    ``sorted_probs``; ``draft_ms`` is the drafting cost already paid or committed to this step.
+
+    Example, costs {1: 70, 8: 125, 16: 126}, draft 0, p = [0.9, 0.8, 0.7]: E = 1 / 3.4 / 3.4, rates 0.0143 /
+    0.0272 / 0.0270 -> bucket 8 with 4 nodes."""
+    p = np.asarray(sorted_probs, np.float64).reshape(-1)
+    cum = np.concatenate([[1.0], 1.0 + np.cumsum(p)])  # cum[k] = E with the k best candidates
+    best = None
+    for bucket, ms in costs.bucket_ms:
+        n = min(bucket, p.size + 1)
+        e = float(cum[n - 1])
+        rate = e / (ms + draft_ms)
+        if best is None or rate > best.rate + 1e-12:
+            best = BudgetPlan(n, bucket, e, rate)
+    return best
+
+
+class EagleProfile:
+    """Running mean of the head's sorted candidate probabilities (the prior of ``should_grow``).
+
+    ``update(p)`` after each growth with the candidates' non-root ``p`` (largest first): the plain mean of the
+    first ``1 / alpha`` updates, then an exponential average with weight ``alpha``. ``ready`` once ``warmup``
+    updates have been seen."""
+
+    def __init__(self, alpha: float = 0.1, warmup: int = 8):
+        if not 0 < alpha <= 1:
+            raise ConfigError(f"EagleProfile.alpha={alpha}: must be in (0, 1]")
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
+            raise ConfigError(f"EagleProfile.warmup={warmup!r}: must be an integer >= 1")
+        self.alpha, self.warmup = alpha, warmup
+        self.mean: np.ndarray | None = None
+        self.updates = 0
+
+    @property
+    def ready(self) -> bool:
+        return self.updates >= self.warmup
+
+    def update(self, sorted_probs: np.ndarray) -> None:
+        p = np.asarray(sorted_probs, np.float64).reshape(-1)
+        if self.mean is None or self.mean.shape != p.shape:
+            self.mean, self.updates = p.copy(), 0
+        else:
+            self.mean += max(self.alpha, 1.0 / (self.updates + 1)) * (p - self.mean)
+        self.updates += 1
+
+
+def should_grow(suffix_sorted: np.ndarray, q1: float, profile: EagleProfile, costs: VerifyCosts) -> bool:
+    """Whether an EAGLE growth is expected to pay this step (rule in the module docstring). ``suffix_sorted``:
+    the suffix candidates' non-root p, largest first; ``q1``: the largest p among the suffix's depth-1 nodes
+    (0 without a match). Grows until the profile is ``ready``."""
+    if not profile.ready:
+        return True
+    without = plan_budget(suffix_sorted, costs, costs.suffix_ms)
+    estimate = np.sort(np.concatenate([np.asarray(suffix_sorted, np.float64), (1.0 - q1) * profile.mean]))[::-1]
+    with_growth = plan_budget(estimate, costs, costs.suffix_ms + costs.grow_ms)
+    return with_growth.rate > without.rate
+
+
+class CostTracker:
+    """Per-bucket step costs learnt while generating: the median of the last ``window`` observations of each
+    bucket (and of growths); a bucket not seen yet costs its ``prior`` scaled by how the observed buckets
+    compare with theirs (the median ratio: a machine twice as busy is busy for every bucket); then the table is
+    made non-decreasing in the bucket.
+
+    A proposer can observe its own steps without help from the engine: the time from the end of ``propose``
+    to the start of the next ``accept`` is the engine's checks, mask, verification forward, acceptance and
+    commit for a tree of the proposed size, i.e. exactly the cost the adaptive rule trades against tokens.
+    Measured costs at start-up drift on a shared machine (two start-up measurements here disagreed by 2x on
+    the 16-row bucket); the running medians follow the machine. An observation above ``outlier`` times the
+    current estimate is dropped: a graph compiled on first use takes seconds, and one such sample would
+    otherwise keep that bucket out of use until ``window`` others arrived, which they never would."""
+
+    def __init__(self, prior: VerifyCosts, window: int = 16, outlier: float = 10.0):
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ConfigError(f"CostTracker.window={window!r}: must be an integer >= 1")
+        if not outlier > 1:
+            raise ConfigError(f"CostTracker.outlier={outlier!r}: must be > 1")
+        self.prior, self.window, self.outlier = prior, window, float(outlier)
+        self._seen: dict[int, list[float]] = {b: [] for b, _ in prior.bucket_ms}
+        self._grow: list[float] = []
+
+    def bucket_of(self, num_nodes: int) -> int:
+        """The smallest tracked bucket holding ``num_nodes`` (the engine's rule)."""
+        return min((b for b in self._seen if b >= num_nodes), default=max(self._seen))
+
+    def observe(self, num_nodes: int, ms: float) -> None:
+        b = self.bucket_of(num_nodes)
+        self._push(self._seen[b], ms, dict(self.prior.bucket_ms)[b])
+
+    def observe_growth(self, ms: float) -> None:
+        self._push(self._grow, ms, self.prior.grow_ms)
+
+    def _push(self, window: list[float], ms: float, prior: float) -> None:
+        current = float(np.median(window)) if window else prior
+        if ms > self.outlier * max(current, 1e-3):
+            return
+        window.append(float(ms))
+        del window[:-self.window]
+
+    def costs(self) -> VerifyCosts:
+        prior = dict(self.prior.bucket_ms)
+        buckets = sorted(self._seen)
+        seen = {b: float(np.median(v)) for b, v in self._seen.items() if v}
+        scale = float(np.median([seen[b] / prior[b] for b in seen])) if seen else 1.0
+        ms = [seen.get(b, prior[b] * scale) for b in buckets]
+        grow = float(np.median(self._grow)) if self._grow else self.prior.grow_ms
+        return VerifyCosts(tuple(zip(buckets, np.maximum.accumulate(ms).tolist())), grow, self.prior.suffix_ms)
+
+
+class _FixedChainProposer:
+    """Proposes a chain of ``n - 1`` copies of the root (any valid tree of n nodes costs the same)."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.max_nodes = n
+
+    def begin(self, prompt, aux_hidden, first_token) -> None:
+        pass
+
+    def propose(self, root_token: int):
+        from ..tree.layout import TreeLayout
+
+        return TreeLayout.from_parents([root_token] * self.n, [0] + list(range(self.n - 1)))
+
+    def accept(self, acceptance, aux_hidden) -> None:
+        pass
+
+
+def measure_costs(teacher, prompt: Sequence[int], steps: int = 6, rounds: int = 3, eagle=None) -> VerifyCosts:
+    """Verification ms per bucket of ``teacher`` (its own buckets), measured through the engine on ``prompt``:
+    after one untimed request per bucket, ``rounds`` round-robin passes over the buckets of ``steps`` steps each
+    (so a change of load on a shared machine hits every bucket alike); the median per bucket, then made
+    non-decreasing in the bucket (a larger bucket verifies a superset of rows; a smaller median for it is
+    noise). With ``eagle`` (an ``Eagle3Proposer``), also the median ms of one growth plus a one-token catch-up."""
+    import time
+
+    from ..engine import SpeculativeEngine
+
+    engine = SpeculativeEngine(teacher)
+    chains = {b: _FixedChainProposer(b) for b in teacher.runtime.buckets.sizes}
+    for chain in chains.values():
+        engine.generate(prompt, 3, proposer=chain)
+    samples: dict[int, list[float]] = {b: [] for b in chains}
+    grow: list[float] = []
+    for _ in range(rounds):
+        for b, chain in chains.items():
+            samples[b] += [s.verify_ms for s in engine.generate(prompt, steps + 1, proposer=chain).steps]
+        if eagle is not None:
+            gen = engine.generate(prompt, 2, proposer=eagle)
+            feats = np.zeros((1, 3 * eagle.head.cfg.target_hidden_size), np.float32)
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                eagle.candidates()
+                eagle.extend([gen.tokens[-1]], feats)
+                grow.append((time.perf_counter() - t0) * 1000)
+    medians = np.maximum.accumulate([float(np.median(samples[b])) for b in sorted(samples)])
+    return VerifyCosts(tuple(zip(sorted(samples), medians.tolist())),
+                       float(np.median(grow)) if grow else DEFAULT_GROW_MS)
+
+
+__all__ = ["BudgetPlan", "CostTracker", "DEFAULT_BUCKET_MS", "DEFAULT_GROW_MS", "EagleProfile", "VerifyCosts",
+           "measure_costs",
+           "plan_budget", "should_grow"]

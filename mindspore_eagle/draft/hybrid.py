@@ -1,0 +1,238 @@
+"""``HybridProposer``: the engine's proposer with two draft sources in one tree and a fixed or adaptive budget.
+
+Modes: ``eagle`` (the EAGLE-3 head alone, today's proposer), ``suffix`` (the suffix index alone: no model, no
+forward pass), ``hybrid`` (both, merged by ``draft.merge``). Budgets: ``fixed`` (every step verifies
+``max_nodes`` nodes, or fewer when the candidates run out) and ``adaptive`` (``draft.budget``: each step picks
+its node count, hence its bucket, from the candidates' acceptance probabilities and the step costs; in hybrid
+mode it also skips the head's growth when the suffix branch is confident enough). The costs start from
+``VerifyCosts`` and follow what this proposer observes (``CostTracker``: the time from ``propose`` to the next
+``accept`` is the engine's verification of the proposed tree). Every tree is a deterministic draft verified by
+the one tree-masked forward, so each combination is lossless.
+
+The head's context (``Eagle3Proposer``: one entry per committed token, with the teacher's features) must
+follow every committed token, whichever source proposed it. ``accept`` therefore queues the accepted tokens
+with the teacher's features of their path nodes, exactly what ``Eagle3Proposer.accept`` receives, and the
+queue is written into the head before its next growth, in one chunked context forward (``catch_up``). A run
+of steps drafted by the suffix alone thus costs the head nothing until it is needed, and its context is the
+same as if it had been extended every step. The suffix index follows the same tokens (``SuffixIndex.extend``).
+
+One step:
+
+    propose(root):  suffix candidates (index lookup, < 1 ms)
+                    grow?  eagle mode: always; hybrid: fixed budget always, adaptive by should_grow
+                           (and at least every explore_every steps)
+                    if grow: catch_up(); EAGLE candidates (one growth graph)
+                    union (shared prefixes once, comparable p) -> budget (fixed n, or plan_budget) -> select
+    accept(acc, aux): observe the step cost; index.extend(acc.tokens); queue (acc.tokens, aux) for the head
+
+``log`` holds one ``StepProposal`` per step of the current request (what was proposed, from which source, and
+what was accepted), for traces and ablations.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..errors import ConfigError, TreeInvariantError
+from ..config import Buckets
+from ..tree.layout import TreeLayout
+from .budget import CostTracker, EagleProfile, VerifyCosts, plan_budget, should_grow
+from .grow import select_tree
+from .merge import SOURCE_BOTH, SOURCE_EAGLE, SOURCE_ROOT, SOURCE_SUFFIX, CandidateTree, MergedTree, select, union
+from .suffix import SuffixCalibration, SuffixConfig, SuffixIndex, default_calibration, suffix_candidates
+
+MODES = ("eagle", "suffix", "hybrid")
+BUDGETS = ("fixed", "adaptive")
+
+
+@dataclass(frozen=True)
+class StepProposal:
+    """One step of a ``HybridProposer``: the tree it proposed and, once verified, what was accepted."""
+
+    grew: bool  # the EAGLE head grew candidates this step
+    nodes: int  # nodes proposed, root included
+    bucket: int | None  # the adaptive rule's bucket (None with a fixed budget)
+    expected_tokens: float  # 1 + sum of the proposed nodes' p
+    suffix_match: int  # longest suffix match length (0: none, or suffix source off)
+    source: tuple[int, ...]  # SOURCE_* flags per proposed node
+    accepted: tuple[int, ...] = ()  # SOURCE_* flags of the accepted nodes (root excluded)
+
+
+class HybridProposer:
+    """The engine's ``Proposer`` over an optional ``Eagle3Proposer`` and a ``SuffixIndex`` (module docstring).
+
+    ``max_nodes``: the fixed budget (root included), and the cap of the adaptive one. ``costs``: the measured
+    ``VerifyCosts`` the adaptive rule uses (default: the default teacher on a 2-core CPU); only the buckets
+    ``<= max_nodes``'s bucket among ``buckets`` (the teacher's) are considered. ``eagle_power``: the head's
+    calibration (``draft.merge``). ``skip_growth`` (adaptive hybrid only): False grows the head every step
+    (an ablation of ``should_grow``); otherwise the head still grows at least every ``explore_every`` steps,
+    to keep the profile ``should_grow`` relies on current. The profile and that count persist across requests
+    (they describe the head, not the conversation). ``learn_costs`` (adaptive only): ``costs`` is the prior of a
+    ``CostTracker`` that follows the step costs this proposer observes (``clock`` is its time source)."""
+
+    def __init__(self, mode: str = "hybrid", budget: str = "fixed", eagle=None, max_nodes: int = 16,
+                 suffix: SuffixConfig = SuffixConfig(), calibration: SuffixCalibration | None = None,
+                 costs: VerifyCosts | None = None, buckets: Sequence[int] | None = None, eagle_power: float = 1.0,
+                 skip_growth: bool = True, explore_every: int = 32, learn_costs: bool = True,
+                 clock: Callable[[], float] = time.perf_counter):
+        if mode not in MODES:
+            raise ConfigError(f"HybridProposer mode={mode!r}: expected one of {MODES}")
+        if budget not in BUDGETS:
+            raise ConfigError(f"HybridProposer budget={budget!r}: expected one of {BUDGETS}")
+        if mode != "suffix" and eagle is None:
+            raise ConfigError(f"HybridProposer mode={mode!r} needs an Eagle3Proposer (eagle=...); "
+                              "mode='suffix' needs none")
+        buckets = tuple(buckets.sizes if isinstance(buckets, Buckets) else buckets) if buckets is not None else None
+        top = (buckets or Buckets().sizes)[-1]
+        if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or not 1 <= max_nodes <= top:
+            raise ConfigError(f"HybridProposer max_nodes={max_nodes!r}: must be an integer in [1, {top}] "
+                              "(the largest verification bucket)")
+        if not eagle_power > 0:
+            raise ConfigError(f"HybridProposer eagle_power={eagle_power!r}: must be > 0")
+        if isinstance(explore_every, bool) or not isinstance(explore_every, int) or explore_every < 1:
+            raise ConfigError(f"HybridProposer explore_every={explore_every!r}: must be an integer >= 1")
+        self.explore_every = explore_every
+        self._since_growth = 0
+        self.mode, self.budget = mode, budget
+        self.eagle_power, self.skip_growth = float(eagle_power), bool(skip_growth)
+        self.eagle = eagle if mode != "suffix" else None
+        self.max_nodes = max_nodes
+        self.suffix_cfg = suffix
+        self.calibration = calibration if calibration is not None else default_calibration()
+        costs = costs if costs is not None else VerifyCosts()
+        if buckets is not None:
+            costs = costs.restricted(buckets)
+        cap = min((b for b, _ in costs.bucket_ms if b >= max_nodes), default=costs.bucket_ms[-1][0])
+        self.costs = VerifyCosts(tuple((b, ms) for b, ms in costs.bucket_ms if b <= cap), costs.grow_ms,
+                                 costs.suffix_ms)
+        self.tracker = CostTracker(self.costs) if learn_costs and budget == "adaptive" else None
+        self._clock = clock
+        self._proposed_at: float | None = None
+        self.index = SuffixIndex(suffix.max_match)
+        self.profile = EagleProfile()
+        self.log: list[StepProposal] = []
+        self._pending_tokens: list[int] = []
+        self._pending_feats: list[np.ndarray] = []
+        self._last: MergedTree | None = None
+
+    # ----- the engine's Proposer protocol -----------------------------------------------------------------
+    def begin(self, prompt: Sequence[int], aux_hidden: np.ndarray, first_token: int) -> None:
+        """A new request: index the prompt and the first root; queue the prompt for the head (``Eagle3Proposer
+        .begin``'s entries: token at p + 1 with the features at p)."""
+        self.index.reset()
+        self.index.extend(list(prompt) + [int(first_token)])
+        self.log = []
+        self._last = None
+        self._proposed_at = None
+        self._pending_tokens, self._pending_feats = [], []
+        if self.eagle is not None:
+            self.eagle.reset()
+            self._queue(list(prompt[1:]) + [int(first_token)], aux_hidden)
+
+    def propose(self, root_token: int) -> TreeLayout:
+        root = int(root_token)
+        if self.index.tokens[-1] != root:
+            raise TreeInvariantError(f"propose({root}): the committed sequence ends with {self.index.tokens[-1]}; "
+                                     "call accept() with every committed token first")
+        suffix = (suffix_candidates(self.index, self.suffix_cfg, self.calibration) if self.mode != "eagle"
+                  else None)
+        grow = self.eagle is not None and (self.mode == "eagle" or self.budget == "fixed" or not self.skip_growth
+                                           or self._since_growth + 1 >= self.explore_every
+                                           or should_grow(_sorted(suffix), _best_child(suffix), self.profile,
+                                                          self.costs))
+        self._since_growth = 0 if grow else self._since_growth + 1
+        eagle = None
+        if grow:
+            t0 = self._clock()
+            self.catch_up()
+            scores, tokens, parents = self.eagle.candidates()
+            if self.tracker is not None:
+                self.tracker.observe_growth((self._clock() - t0) * 1000)
+            if self.mode == "eagle" and self.budget == "fixed":  # exactly Eagle3Proposer's tree
+                grown = select_tree(root, scores, tokens, parents, self.max_nodes)
+                source = np.full(grown.layout.num_nodes, SOURCE_EAGLE, np.int8)
+                source[0] = SOURCE_ROOT
+                return self._record(MergedTree(grown.layout, CandidateTree.from_grown(grown, self.eagle_power).probs,
+                                               source), True, None, 0)
+            eagle = CandidateTree.from_eagle(root, scores, tokens, parents, self.eagle_power)
+            self.profile.update(_sorted(eagle))
+        cands = union(eagle, suffix)
+        bucket = None
+        if self.budget == "fixed":
+            n = self.max_nodes
+        else:
+            draft_ms = (self.costs.suffix_ms if suffix is not None else 0.0) + (self.costs.grow_ms if grow else 0.0)
+            plan = plan_budget(cands.sorted_probs(), self.costs, draft_ms)
+            n, bucket = min(plan.num_nodes, self.max_nodes), plan.bucket
+        match = self.index.longest_match() if suffix is not None else 0
+        return self._record(select(cands, n), grow, bucket, match)
+
+    def accept(self, acceptance, aux_hidden: np.ndarray) -> None:
+        if self.tracker is not None and self._proposed_at is not None and self._last is not None:
+            self.tracker.observe(self._last.layout.num_nodes, (self._clock() - self._proposed_at) * 1000)
+            self.costs = self.tracker.costs()
+        self._proposed_at = None
+        self.index.extend(acceptance.tokens)
+        if self.eagle is not None:
+            self._queue(acceptance.tokens, aux_hidden)
+        if self._last is not None and self.log:
+            flags = tuple(int(self._last.source[i]) for i in acceptance.path[1:])
+            last = self.log[-1]
+            self.log[-1] = StepProposal(last.grew, last.nodes, last.bucket, last.expected_tokens, last.suffix_match,
+                                        last.source, flags)
+        self._last = None
+
+    # ----- the head's context -----------------------------------------------------------------------------
+    def catch_up(self) -> None:
+        """Write the queued entries into the head's context (one chunked forward); no-op when none is queued."""
+        if self.eagle is None or not self._pending_tokens:
+            return
+        tokens, feats = self._pending_tokens, np.concatenate(self._pending_feats, 0)
+        self._pending_tokens, self._pending_feats = [], []
+        self.eagle.extend(tokens, feats)
+
+    @property
+    def pending(self) -> int:
+        """Committed tokens the head has not seen yet."""
+        return len(self._pending_tokens)
+
+    def _queue(self, tokens: Sequence[int], feats: np.ndarray) -> None:
+        feats = np.asarray(feats, np.float32)
+        if feats.ndim != 2 or feats.shape[0] != len(tokens):
+            raise ConfigError(f"HybridProposer: {len(tokens)} tokens but features of shape {feats.shape} "
+                              "(one row of teacher aux hidden states per token)")
+        self._pending_tokens += [int(t) for t in tokens]
+        self._pending_feats.append(feats)
+
+    # ----- bookkeeping ------------------------------------------------------------------------------------
+    def _record(self, merged: MergedTree, grew: bool, bucket: int | None, match: int) -> TreeLayout:
+        self._last = merged
+        self.log.append(StepProposal(grew, merged.layout.num_nodes, bucket, merged.expected_tokens, match,
+                                     tuple(int(s) for s in merged.source)))
+        self._proposed_at = self._clock()
+        return merged.layout
+
+    def accepted_by_source(self) -> dict[str, int]:
+        """Accepted draft tokens of the current request by source: eagle only, suffix only, both."""
+        flags = [f for step in self.log for f in step.accepted]
+        return {"eagle": flags.count(SOURCE_EAGLE), "suffix": flags.count(SOURCE_SUFFIX),
+                "both": flags.count(SOURCE_BOTH)}
+
+
+def _sorted(tree: CandidateTree | None) -> np.ndarray:
+    return np.zeros(0) if tree is None else np.sort(tree.probs[1:])[::-1]
+
+
+def _best_child(tree: CandidateTree | None) -> float:
+    """Largest p among the root's children (0 when there are none)."""
+    if tree is None or tree.num_nodes == 1:
+        return 0.0
+    first = tree.parents[1:] == 0
+    return float(tree.probs[1:][first].max())
+
+
+__all__ = ["BUDGETS", "HybridProposer", "MODES", "StepProposal"]

@@ -1,0 +1,447 @@
+"""Model-free drafting: an incremental suffix index over the conversation, and the scored tree it proposes.
+
+Why. Small teachers decoding greedily repeat themselves, code answers copy the prompt, extraction copies the
+input and second turns rewrite the first answer. Replaying the committed 240-turn trace
+(``scripts/replay_suffix.py``), suffix drafting driving the decoding emits 2.2 tokens per 16-node step where
+the EAGLE-3 head emits 1.75, and a lookup costs no forward pass. (At the head's own step positions a plain
+lookup scores 3.80; that figure weights long copied stretches by their length, since a sequential run
+crosses such a stretch in a few steps.)
+
+The index (``SuffixIndex``) is a suffix trie of bounded depth ``M = max_match`` over the sequence ``T[0:n]``
+(prompt, earlier turns, generated tokens): one node per distinct substring of length <= M, children by next
+token. Every position ``i`` contributes one occurrence to each of the nodes of ``T[i-d+1 .. i]``
+(``d = 1..M``), recorded by its *continuation start* ``s = i + 1`` (the position of the token that followed
+it). Per node: ``last[v]``, its most recent ``s``; per depth ``d`` and start ``s``: ``prev[d][s]``, the start
+of the previous occurrence of the same node. Starts are ``>= 1``, so ``0`` means "none". Appending one token
+walks the M *active* nodes (the nodes of the sequence's suffixes of length 0..M-1) one step down: O(M), no
+rescan. The sequence's own suffix of length d ends at ``n - 1`` (start ``n``), so its earlier occurrences are
+the chain ``prev[d][n], prev[d][prev[d][n]], ...``, most recent first.
+
+Worked example, M = 2, T = [5, 7, 5, 7] (n = 4). The length-2 suffix (5, 7) occurred ending at 1 and at 3:
+``last[(5,7)] = 4`` (the current one) and ``prev[2][4] = 2`` (the earlier one, continuing at T[2] = 5), then
+``prev[2][2] = 0``: one earlier occurrence, continuation [5, 7, ...].
+
+Why not a suffix automaton: it finds the longest repeated suffix in O(1) amortized but keeps only the *first*
+end position of a state cheaply; the most recent occurrences and their counts, which predict best here, would
+need a walk of the whole suffix-link chain per token (O(n) on "a a a a ...", exactly the loops small models
+fall into). A bounded depth costs little: on the replay, the next token's acceptance after a match of 8, 12
+and 16-or-more tokens is 0.77, 0.83 and 0.96, so matches longer than 16 would hardly rank differently.
+
+Candidates (``suffix_candidates``). The earlier occurrences of the longest matching suffix (most recent first,
+then those of shorter suffixes, up to ``max_occurrences`` distinct starts) each propose their continuation
+``T[s : s + max_depth]``. A continuation that reaches the end of the sequence continues periodically with its
+own tokens (``c[k] = c[k - (n - s)]``): the sequence so far is then periodic with period ``n - s``, the loop
+a greedy small model is in. Continuations are merged into a trie (shared prefixes once), each node counting
+the occurrences through it and the longest match among them.
+
+Scores. Each node gets an estimated *acceptance probability*: the probability that the teacher accepts the
+whole path from the root to it, the quantity EAGLE-2 observes a draft's cumulative probability approximates,
+so the two sources compare on one scale (``draft.merge``). It is the product, down the path, of each node's
+conditional acceptance ``q`` given its parent accepted, read from ``SuffixCalibration``: an empirical table by
+effective match length (the match length plus the tokens already followed: ``m + depth - 1``), by the node's
+standing among its siblings (``ROLES``: only child, sole holder of the siblings' longest match, tied for it,
+other) and by its occurrence count; fitted on a replay of the committed evaluation trace
+(``scripts/replay_suffix.py --fit``). Conditionals of siblings that sum past 1 are scaled to sum to 1 (they are
+exclusive events; rare with these features).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ..errors import AssetError, ConfigError
+
+NO_OCCURRENCE = 0
+"""``prev`` / ``last`` value meaning "no (earlier) occurrence": continuation starts are always >= 1."""
+
+
+def _check_positive(owner: str, name: str, value, low: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ConfigError(f"{owner}.{name}={value!r}: must be an integer >= {low}")
+
+
+@dataclass(frozen=True)
+class Match:
+    """One earlier occurrence of a suffix of the sequence: its continuation starts at ``start`` (the sequence
+    continued with ``T[start]`` after it) and it matches the sequence's last ``length`` tokens (at least;
+    ``length == max_match`` means "max_match or more")."""
+
+    start: int
+    length: int
+
+
+class SuffixIndex:
+    """Bounded-depth suffix trie over one growing token sequence (see the module docstring).
+
+    ``extend`` appends tokens (O(max_match) each); ``matches`` lists earlier occurrences of the sequence's
+    suffixes. ``reset`` forgets everything (a new conversation)."""
+
+    def __init__(self, max_match: int = 16):
+        _check_positive("SuffixIndex", "max_match", max_match)
+        self.max_match = max_match
+        self.reset()
+
+    def reset(self) -> None:
+        self._seq: list[int] = []
+        self._children: list[dict[int, int]] = [{}]  # node -> {token: child node}; node 0 = empty string
+        self._last: list[int] = [NO_OCCURRENCE]  # node -> most recent continuation start
+        self._count: list[int] = [0]  # node -> occurrences so far
+        # _prev[d][s]: start of the previous occurrence of the depth-d node that occurred with start s
+        # (index 0 unused, so _prev[d] has n + 1 entries); _prev[0] is unused.
+        self._prev: list[list[int]] = [[NO_OCCURRENCE] for _ in range(self.max_match + 1)]
+        self._active: list[int] = [0]  # _active[d] = node of the sequence's length-d suffix, d <= min(n, M)
+
+    # ----- state ------------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._seq)
+
+    @property
+    def tokens(self) -> Sequence[int]:
+        """The indexed sequence (read it, do not modify it)."""
+        return self._seq
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self._children)
+
+    def count(self, pattern: Sequence[int]) -> int:
+        """Occurrences of ``pattern`` (1..max_match tokens) in the sequence (0 if it never occurred)."""
+        v = self._node(pattern)
+        return 0 if v is None else self._count[v]
+
+    def _node(self, pattern: Sequence[int]) -> int | None:
+        if not 1 <= len(pattern) <= self.max_match:
+            raise ConfigError(f"pattern of {len(pattern)} tokens: the index holds substrings of 1..{self.max_match}")
+        v = 0
+        for t in pattern:
+            v = self._children[v].get(int(t))
+            if v is None:
+                return None
+        return v
+
+    # ----- updates ----------------------------------------------------------------------------------------
+    def extend(self, tokens: Iterable[int]) -> None:
+        """Append ``tokens`` (non-negative ids) to the sequence and index every new occurrence."""
+        seq, children, last, count, prev, m = (self._seq, self._children, self._last, self._count, self._prev,
+                                               self.max_match)
+        active = self._active
+        for t in tokens:
+            t = int(t)
+            if t < 0:
+                raise ConfigError(f"SuffixIndex.extend: token id {t} is negative")
+            seq.append(t)
+            s = len(seq)  # continuation start of every occurrence ending at the new token
+            new_active = [0]
+            depth = 0
+            for v in active[:m]:  # the suffix of length `depth` grows into the one of length depth + 1
+                depth += 1
+                w = children[v].get(t)
+                if w is None:
+                    w = len(children)
+                    children[v][t] = w
+                    children.append({})
+                    last.append(NO_OCCURRENCE)
+                    count.append(0)
+                prev[depth].append(last[w])
+                last[w] = s
+                count[w] += 1
+                new_active.append(w)
+            for d in range(depth + 1, m + 1):  # suffixes longer than the sequence: keep _prev[d] aligned
+                prev[d].append(NO_OCCURRENCE)
+            active = new_active
+        self._active = active
+
+    # ----- queries ----------------------------------------------------------------------------------------
+    def longest_match(self) -> int:
+        """Length of the longest suffix of the sequence that also occurred earlier (0: none), capped at
+        ``max_match``."""
+        n = len(self._seq)
+        for d in range(len(self._active) - 1, 0, -1):
+            if self._prev[d][n] != NO_OCCURRENCE:
+                return d
+        return 0
+
+    def matches(self, max_occurrences: int, min_match: int = 1) -> list[Match]:
+        """Earlier occurrences of the sequence's suffixes of ``min_match..max_match`` tokens: those of the
+        longest matching suffix first (most recent first), then occurrences of shorter suffixes not yet
+        listed; at most ``max_occurrences`` distinct starts. Every start is ``< len(self)``."""
+        n = len(self._seq)
+        out: list[Match] = []
+        seen: set[int] = set()
+        for d in range(len(self._active) - 1, max(min_match, 1) - 1, -1):
+            chain = self._prev[d]
+            s = chain[n]
+            while s != NO_OCCURRENCE and len(out) < max_occurrences:
+                if s not in seen:
+                    seen.add(s)
+                    out.append(Match(s, d))
+                s = chain[s]
+            if len(out) >= max_occurrences:
+                break
+        return out
+
+
+# ----- the continuation trie -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ContinuationTrie:
+    """The continuations of a set of earlier occurrences, merged: node 0 is the root (the sequence's last
+    token), node i > 0 continues node ``parents[i] < i``. Per node, the features its score is read from."""
+
+    tokens: np.ndarray  # int64 [N]; tokens[0] is the root's (the sequence's last token)
+    parents: np.ndarray  # int64 [N]; parents[0] == 0
+    depth: np.ndarray  # int64 [N]; tokens after the root
+    count: np.ndarray  # int64 [N]; occurrences whose continuation passes through the node (root: all)
+    match: np.ndarray  # int64 [N]; longest match length among those occurrences (root: 0)
+    periodic: np.ndarray  # bool  [N]; every occurrence reached the node through a periodic extension
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+def continuation_trie(seq: Sequence[int], matches: Sequence[Match], max_depth: int) -> ContinuationTrie:
+    """Merge the continuations ``T[s : s + max_depth]`` of ``matches`` (periodically extended past the end of
+    ``seq``, see the module docstring) into one trie, in the order given (earlier matches get lower indices).
+
+    Example: seq [1, 2, 9, 1, 2, 8, 1, 2], matches at starts 6 (match 2) and 3 (match 2), max_depth 2 ->
+    continuations [1, 2] (T[6:8]) and [8, 1] (T[3:5]): root 2 with children 1 (-> 2) and 8 (-> 1)."""
+    n = len(seq)
+    tokens, parents, depth, count, match, real = [seq[-1] if n else 0], [0], [0], [len(matches)], [0], [True]
+    child: dict[tuple[int, int], int] = {}
+    for mt in matches:
+        s, m = mt.start, mt.length
+        period = n - s
+        cont: list[int] = []
+        v = 0
+        for k in range(max_depth):
+            ext = s + k >= n
+            t = cont[k - period] if ext else seq[s + k]
+            cont.append(t)
+            w = child.get((v, t))
+            if w is None:
+                w = len(tokens)
+                child[(v, t)] = w
+                tokens.append(t)
+                parents.append(v)
+                depth.append(k + 1)
+                count.append(0)
+                match.append(0)
+                real.append(False)
+            count[w] += 1
+            if m > match[w]:
+                match[w] = m
+            real[w] = real[w] or not ext
+            v = w
+    return ContinuationTrie(np.asarray(tokens, np.int64), np.asarray(parents, np.int64),
+                            np.asarray(depth, np.int64), np.asarray(count, np.int64), np.asarray(match, np.int64),
+                            ~np.asarray(real, np.bool_))
+
+
+# ----- calibration: features -> conditional acceptance ----------------------------------------------------
+
+ROLE_ONLY, ROLE_LEADER, ROLE_TIED, ROLE_OTHER = 0, 1, 2, 3
+ROLES = ("only", "leader", "tied", "other")
+"""A node's standing among its siblings: the only child; the one child holding the longest match among
+them; one of several children tied for it; any other. Siblings compete, so standing predicts acceptance far
+better than the share of occurrences (replay: at 8-11 tokens of match, 0.90 / 0.80 / 0.39 / 0.11)."""
+
+
+@dataclass(frozen=True)
+class NodeFeatures:
+    """What a continuation node's conditional acceptance is read from (all ``[N]``; root entries unused)."""
+
+    m_eff: np.ndarray  # int64: match + depth - 1, the context its occurrence shares once the path is accepted
+    role: np.ndarray  # int64: ROLE_*
+    count: np.ndarray  # int64: occurrences through the node
+
+
+def node_features(trie: ContinuationTrie) -> NodeFeatures:
+    """Features of every node of ``trie`` (vectorised over its parent array).
+
+    Example: root children a (match 5, count 2) and b (match 5, count 1), a's only child c: roles a, b =
+    tied, c = only; m_eff a = b = 5, c = 6."""
+    n, par, match = trie.num_nodes, trie.parents[1:], trie.match[1:]
+    siblings = np.zeros(n, np.int64)
+    np.add.at(siblings, par, 1)
+    best = np.zeros(n, np.int64)
+    np.maximum.at(best, par, match)
+    holds = match == best[par]
+    holders = np.zeros(n, np.int64)
+    np.add.at(holders, par, holds.astype(np.int64))
+    role = np.where(siblings[par] == 1, ROLE_ONLY,
+                    np.where(holds, np.where(holders[par] == 1, ROLE_LEADER, ROLE_TIED), ROLE_OTHER))
+    return NodeFeatures(trie.match + trie.depth - 1, np.concatenate([[ROLE_ONLY], role]).astype(np.int64),
+                        trie.count.copy())
+
+
+@dataclass(frozen=True)
+class SuffixCalibration:
+    """Conditional acceptance ``q`` of a continuation node given its parent accepted, by feature bucket.
+
+    ``table[i][r][k]``: m_eff bucket i, role r (``ROLES``), count bucket k. A feature's bucket is the last
+    edge ``<= value`` (edges strictly increasing from 1). Example: match_edges (1, 4), count_edges (1, 2): a
+    leader with match 2 at depth 3 (m_eff 4) seen once reads ``table[1][ROLE_LEADER][0]``.
+    """
+
+    match_edges: tuple[int, ...]
+    count_edges: tuple[int, ...]
+    table: tuple[tuple[tuple[float, ...], ...], ...]
+    source: str = ""  # how the table was fitted (command, data, split)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "match_edges", tuple(int(e) for e in self.match_edges))
+        object.__setattr__(self, "count_edges", tuple(int(e) for e in self.count_edges))
+        for name, edges in (("match_edges", self.match_edges), ("count_edges", self.count_edges)):
+            if not edges or edges[0] != 1 or any(b <= a for a, b in zip(edges, edges[1:])):
+                raise ConfigError(f"SuffixCalibration.{name}={edges}: must be strictly increasing from 1")
+        shape = (len(self.match_edges), len(ROLES), len(self.count_edges))
+        arr = np.asarray(self.table, np.float64)
+        if arr.shape != shape:
+            raise ConfigError(f"SuffixCalibration.table shape {arr.shape}: expected {shape} (m_eff x role x count)")
+        if not np.all((arr >= 0) & (arr <= 1)):
+            raise ConfigError("SuffixCalibration.table: every entry is a probability in [0, 1]")
+        object.__setattr__(self, "table", tuple(tuple(tuple(float(x) for x in r) for r in p) for p in arr))
+        object.__setattr__(self, "_array", arr)
+
+    def cells(self, f: NodeFeatures) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        i = np.searchsorted(self.match_edges, f.m_eff, side="right") - 1
+        k = np.searchsorted(self.count_edges, f.count, side="right") - 1
+        return np.maximum(i, 0), f.role, np.maximum(k, 0)
+
+    def q(self, f: NodeFeatures) -> np.ndarray:
+        """float64 [N]: the table entry of every node."""
+        return self._array[self.cells(f)]
+
+    def to_dict(self) -> dict:
+        return {"match_edges": list(self.match_edges), "count_edges": list(self.count_edges), "roles": list(ROLES),
+                "table": [[list(r) for r in p] for p in self.table], "source": self.source}
+
+    def to_json(self) -> str:
+        """The JSON text of ``to_dict``, one m_eff bucket of the table per line (readable in a diff)."""
+        d = self.to_dict()
+        table = d.pop("table")
+        head = json.dumps(d)[:-1]
+        planes = ",\n  ".join(json.dumps(p) for p in table)
+        return f"{head},\n \"table\": [\n  {planes}\n ]}}\n"
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SuffixCalibration":
+        if d.get("roles", list(ROLES)) != list(ROLES):
+            raise ConfigError(f"suffix calibration roles {d.get('roles')}: expected {list(ROLES)}")
+        try:
+            return cls(d["match_edges"], d["count_edges"], d["table"], d.get("source", ""))
+        except (KeyError, TypeError) as exc:
+            raise ConfigError(f"suffix calibration: expected keys match_edges, count_edges, table ({exc})") from None
+
+    @classmethod
+    def load(cls, path: str) -> "SuffixCalibration":
+        try:
+            with open(path, encoding="utf-8") as f:
+                return cls.from_dict(json.load(f))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"suffix calibration {path}: {exc}") from None
+
+
+def fit_calibration(features: NodeFeatures, accepted: np.ndarray, match_edges: Sequence[int],
+                    count_edges: Sequence[int], prior: float = 20.0, source: str = "") -> SuffixCalibration:
+    """The empirical table from labelled nodes: ``features`` of nodes whose parent the teacher accepted, and
+    ``accepted`` (bool) whether it accepted the node too. Cells are smoothed with ``prior`` pseudo-counts
+    towards coarser estimates (a cell towards its (m_eff, role) rate, that towards its m_eff rate, that towards
+    the overall rate), so a sparse cell reads its neighbourhood instead of 0 or 1."""
+    acc = np.asarray(accepted, np.float64).reshape(-1)
+    if acc.size == 0 or not (features.m_eff.shape == features.role.shape == features.count.shape == acc.shape):
+        raise ConfigError("fit_calibration: features and labels must be non-empty arrays of one shape")
+    shape = (len(match_edges), len(ROLES), len(count_edges))
+    probe = SuffixCalibration(match_edges, count_edges, np.zeros(shape))
+    cell = probe.cells(features)
+    hits, seen = np.zeros(shape), np.zeros(shape)
+    np.add.at(hits, cell, acc)
+    np.add.at(seen, cell, 1.0)
+    r1 = (hits.sum((1, 2)) + prior * acc.mean()) / (seen.sum((1, 2)) + prior)  # [I]
+    r2 = (hits.sum(2) + prior * r1[:, None]) / (seen.sum(2) + prior)  # [I, R]
+    r3 = (hits + prior * r2[:, :, None]) / (seen + prior)  # [I, R, K]
+    return SuffixCalibration(match_edges, count_edges, np.round(r3, 4), source)
+
+
+# ----- the proposal ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SuffixConfig:
+    """How the suffix index drafts. ``max_match`` is the trie depth (longest suffix looked up);
+    ``max_occurrences`` earlier occurrences are followed; each proposes up to ``max_depth`` tokens;
+    occurrences of suffixes shorter than ``min_match`` are ignored; the ``max_nodes`` most probable nodes of
+    the continuation trie are kept (root included)."""
+
+    max_match: int = 16
+    max_occurrences: int = 8
+    max_depth: int = 32
+    min_match: int = 1
+    max_nodes: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("max_match", "max_occurrences", "max_depth", "min_match", "max_nodes"):
+            _check_positive("SuffixConfig", name, getattr(self, name))
+        if self.min_match > self.max_match:
+            raise ConfigError(f"SuffixConfig.min_match={self.min_match} exceeds max_match={self.max_match}")
+
+
+def score_trie(trie: ContinuationTrie, calibration: SuffixCalibration) -> np.ndarray:
+    """float64 [N]: each node's estimated acceptance probability (root 1), by the rule of the module
+    docstring: the product down the path of calibrated conditionals, siblings' conditionals capped to sum 1."""
+    n = trie.num_nodes
+    par = trie.parents
+    q = calibration.q(node_features(trie))
+    q[0] = 1.0
+    total = np.zeros(n)
+    np.add.at(total, par[1:], q[1:])
+    q[1:] /= np.maximum(total[par[1:]], 1.0)
+    p = q.tolist()
+    parents = par.tolist()
+    for i in range(1, n):  # parents first
+        p[i] *= p[parents[i]]
+    return np.asarray(p, np.float64)
+
+
+def suffix_candidates(index: SuffixIndex, cfg: SuffixConfig, calibration: SuffixCalibration):
+    """The scored candidate tree (``draft.merge.CandidateTree``) the index proposes after its sequence; its
+    root is the sequence's last token. Only the root when nothing matches."""
+    from .merge import CandidateTree
+
+    if len(index) == 0:
+        raise ConfigError("suffix_candidates: the index is empty (call extend with the prompt first)")
+    matches = index.matches(cfg.max_occurrences, cfg.min_match)
+    trie = continuation_trie(index.tokens, matches, cfg.max_depth)
+    if trie.num_nodes == 1:
+        return CandidateTree.single(int(trie.tokens[0]))
+    p = score_trie(trie, calibration)
+    if trie.num_nodes > cfg.max_nodes:  # top by p, ties to the lower index: ancestor-closed (p is monotone)
+        keep = np.sort(np.lexsort((np.arange(trie.num_nodes), -p))[: cfg.max_nodes])
+        new_index = np.zeros(trie.num_nodes, np.int64)
+        new_index[keep] = np.arange(keep.size)
+        return CandidateTree(trie.tokens[keep], new_index[trie.parents[keep]], p[keep])
+    return CandidateTree(trie.tokens, trie.parents, p)
+
+
+CALIBRATION_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "suffix_calibration.json")
+"""The shipped calibration: fitted by ``scripts/replay_suffix.py --fit --install`` on half of the committed
+evaluation trace's conversations (its ``source`` field says which), for ``SuffixConfig()``."""
+
+_DEFAULT: list[SuffixCalibration] = []
+
+
+def default_calibration() -> SuffixCalibration:
+    """The shipped calibration (read once)."""
+    if not _DEFAULT:
+        if not os.path.isfile(CALIBRATION_FILE):
+            raise AssetError(f"suffix calibration {CALIBRATION_FILE} is missing: regenerate it with "
+                             "scripts/replay_suffix.py --fit --install")
+        _DEFAULT.append(SuffixCalibration.load(CALIBRATION_FILE))
+    return _DEFAULT[0]

@@ -1,0 +1,256 @@
+"""One tree from EAGLE and suffix candidates: shared prefixes once, max of the two estimates, siblings capped
+to sum 1, best-first under the budget, ancestor-closed, a valid TreeLayout, sources recorded; and the
+adaptive budget rule picks the bucket a brute-force search picks."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mindspore_eagle.draft.budget import CostTracker, EagleProfile, VerifyCosts, plan_budget, should_grow
+from mindspore_eagle.draft.grow import select_tree
+from mindspore_eagle.draft.merge import (SOURCE_BOTH, SOURCE_EAGLE, SOURCE_ROOT, SOURCE_SUFFIX, CandidateTree,
+                                         merge_trees, select, union)
+from mindspore_eagle.errors import ConfigError, TreeInvariantError
+from mindspore_eagle.tree import check_tree
+
+ROOT_TOKEN = 50
+
+
+def tree_paths(tokens, parents):
+    """Token path (from the root, root excluded) of every node of a parents-first tree."""
+    out = [()]
+    for i in range(1, len(tokens)):
+        out.append(out[int(parents[i])] + (int(tokens[i]),))
+    return out
+
+
+def paths(tree):
+    return tree_paths(tree.tokens, tree.parents)
+
+
+# EAGLE: root -> 1 (0.6) -> 2 (0.3); root -> 3 (0.2)
+EAGLE = CandidateTree([ROOT_TOKEN, 1, 2, 3], [0, 0, 1, 0], [1.0, 0.6, 0.3, 0.2])
+# suffix: root -> 1 (0.7) -> 2 (0.65) -> 4 (0.6); root -> 5 (0.1)
+SUFFIX = CandidateTree([ROOT_TOKEN, 1, 2, 4, 5], [0, 0, 1, 2, 0], [1.0, 0.7, 0.65, 0.6, 0.1])
+
+
+def test_shared_prefixes_are_merged_once_with_the_larger_estimate():
+    u = union(EAGLE, SUFFIX)
+    t = u.tree
+    by_path = {p: i for i, p in enumerate(paths(t))}
+    assert set(by_path) == {(), (1,), (1, 2), (3,), (1, 2, 4), (5,)}
+    p = dict(zip(by_path, t.probs[list(by_path.values())]))
+    # root children conditionals: 0.7 + 0.2 + 0.1 = 1.0: no scaling
+    assert p[(1,)] == pytest.approx(0.7) and p[(1, 2)] == pytest.approx(0.65) and p[(1, 2, 4)] == pytest.approx(0.6)
+    assert p[(3,)] == pytest.approx(0.2) and p[(5,)] == pytest.approx(0.1)
+    src = dict(zip(by_path, u.source[list(by_path.values())]))
+    assert src == {(): SOURCE_ROOT, (1,): SOURCE_BOTH, (1, 2): SOURCE_BOTH, (3,): SOURCE_EAGLE,
+                   (1, 2, 4): SOURCE_SUFFIX, (5,): SOURCE_SUFFIX}
+
+
+def test_siblings_from_two_sources_are_scaled_to_sum_one():
+    eagle = CandidateTree([ROOT_TOKEN, 1, 6], [0, 0, 1], [1.0, 0.8, 0.4])
+    suffix = CandidateTree([ROOT_TOKEN, 2], [0, 0], [1.0, 0.6])
+    t = union(eagle, suffix).tree
+    # root's children 0.8 + 0.6 = 1.4 -> 0.8/1.4, 0.6/1.4; the grandchild keeps its conditional 0.5
+    np.testing.assert_allclose(t.probs, [1.0, 0.8 / 1.4, 0.8 / 1.4 * 0.5, 0.6 / 1.4])
+
+
+def test_selection_is_best_first_ancestor_closed_and_depth_first_most_probable_child_first():
+    m = merge_trees(EAGLE, SUFFIX, 4)
+    check_tree(m.layout, 100)
+    # the 3 best non-root nodes: (1) 0.7, (1,2) 0.65, (1,2,4) 0.6 -> one chain, laid out 0..3
+    assert paths(m.layout) == [(), (1,), (1, 2), (1, 2, 4)]
+    assert m.layout.parents.tolist() == [0, 0, 1, 2]
+    np.testing.assert_allclose(m.probs, [1, 0.7, 0.65, 0.6])
+    assert m.expected_tokens == pytest.approx(2.95)
+    m = merge_trees(EAGLE, SUFFIX, 6)
+    assert paths(m.layout) == [(), (1,), (1, 2), (1, 2, 4), (3,), (5,)]
+    assert m.source.tolist() == [SOURCE_ROOT, SOURCE_BOTH, SOURCE_BOTH, SOURCE_SUFFIX, SOURCE_EAGLE, SOURCE_SUFFIX]
+    assert merge_trees(EAGLE, SUFFIX, 1).layout.num_nodes == 1
+
+
+def test_a_child_that_outranks_its_parent_waits_for_it():
+    # Not produced by the scorers (p never increases down a path), but selection stays a tree anyway.
+    t = CandidateTree([ROOT_TOKEN, 1, 2, 3], [0, 0, 1, 0], [1.0, 0.1, 0.1, 0.5])
+    bad = union(None, t)
+    object.__setattr__(bad.tree, "probs", np.array([1.0, 0.1, 0.9, 0.5]))
+    m = select(bad, 3)
+    assert paths(m.layout) == [(), (3,), (1,)]
+
+
+candidate_sets = st.integers(1, 4).flatmap(lambda k: st.tuples(
+    st.just(k), st.integers(1, 3), st.lists(st.floats(-6, 0), min_size=k + 2 * k * k, max_size=k + 2 * k * k),
+    st.lists(st.integers(0, 7), min_size=k + 2 * k * k, max_size=k + 2 * k * k)))
+
+
+def eagle_candidates(k, depth, raw_scores, raw_tokens):
+    """Candidates shaped like growth's output: level 1 under the root, then k*k per level under the previous
+    level's first k candidates; cumulative scores, siblings distinct."""
+    scores, tokens, parents = [], [], []
+    level, base = list(range(1, k + 1)), 0
+    for j in range(k):
+        scores.append(raw_scores[j] / 4)
+        tokens.append(j)
+        parents.append(0)
+    for d in range(1, depth):
+        new = []
+        for f_i, f in enumerate(level):
+            for c in range(k):
+                i = len(scores)
+                scores.append(scores[f - 1] + raw_scores[i] / 4)
+                tokens.append((raw_tokens[i] * k + c) % 64)
+                parents.append(f)
+                new.append(i + 1)
+        level = new[:k]
+    return np.array(scores, np.float32), np.array(tokens), np.array(parents)
+
+
+@settings(max_examples=80, deadline=None)
+@given(candidate_sets, st.integers(1, 20))
+def test_eagle_candidates_alone_select_what_select_tree_selects(cands, max_nodes):
+    k, depth, raw_s, raw_t = cands
+    scores, tokens, parents = eagle_candidates(k, depth, raw_s, raw_t)
+    want = select_tree(ROOT_TOKEN, scores, tokens, parents, max_nodes)
+    got = merge_trees(CandidateTree.from_eagle(ROOT_TOKEN, scores, tokens, parents), None, max_nodes)
+    check_tree(got.layout, 64)
+    assert sorted(paths(got.layout)) == sorted(paths(want.layout))
+    np.testing.assert_allclose(np.sort(got.probs), np.sort(np.exp(want.scores.astype(np.float64))), rtol=1e-6)
+
+
+@settings(max_examples=80, deadline=None)
+@given(candidate_sets, st.lists(st.integers(0, 7), min_size=1, max_size=12), st.integers(1, 30))
+def test_merged_trees_are_valid_deduplicated_and_hold_the_most_probable_union_nodes(cands, chain, max_nodes):
+    k, depth, raw_s, raw_t = cands
+    eagle = CandidateTree.from_eagle(ROOT_TOKEN, *eagle_candidates(k, depth, raw_s, raw_t))
+    probs = np.cumprod(np.full(len(chain), 0.9))
+    suffix = CandidateTree([ROOT_TOKEN] + chain, [0] + list(range(len(chain))), np.concatenate([[1.0], probs]))
+    u = union(eagle, suffix)
+    m = select(u, max_nodes)
+    check_tree(m.layout, 64)
+    ps = paths(m.layout)
+    assert len(set(ps)) == len(ps) == min(max_nodes, u.tree.num_nodes)
+    # best-first: no unselected union node is more probable than a selected one
+    chosen = set(ps)
+    upaths = paths(u.tree)
+    left = [p for i, p in enumerate(u.tree.probs) if upaths[i] not in chosen]
+    if left and m.layout.num_nodes > 1:
+        assert max(left) <= m.probs[1:].min() + 1e-12
+    # p never increases down a path, and the first child of every node is its most probable one
+    for i in range(1, m.layout.num_nodes):
+        assert m.probs[i] <= m.probs[int(m.layout.parents[i])] + 1e-12
+    for v in range(m.layout.num_nodes):
+        kids = [i for i in range(1, m.layout.num_nodes) if m.layout.parents[i] == v]
+        if kids:
+            assert m.probs[kids[0]] == max(m.probs[kids]) and kids[0] == (v + 1)
+
+
+def test_candidate_trees_are_validated():
+    with pytest.raises(TreeInvariantError, match="rule: order"):
+        CandidateTree([1, 2, 3], [0, 2, 0], [1, 0.5, 0.5])
+    with pytest.raises(TreeInvariantError, match="probability"):
+        CandidateTree([1, 2], [0, 0], [1, 1.5])
+    with pytest.raises(TreeInvariantError, match="different roots"):
+        union(CandidateTree.single(1), CandidateTree.single(2))
+    p = CandidateTree.from_eagle(7, np.array([np.nan, -1.0]), np.array([3, 4]), np.array([0, 1])).probs
+    np.testing.assert_allclose(p, [1.0, 0.0, np.exp(-1.0)])
+
+
+# ----- the adaptive budget ---------------------------------------------------------------------------------
+
+COSTS = VerifyCosts(((1, 70.0), (8, 125.0), (16, 126.0), (32, 176.0)), grow_ms=25.0)
+
+
+def brute_force_plan(p, costs, draft_ms):
+    p = sorted(p, reverse=True)
+    best = None
+    for bucket, ms in costs.bucket_ms:
+        n = min(bucket, len(p) + 1)
+        e = 1 + sum(p[:n - 1])
+        if best is None or e / (ms + draft_ms) > best[2] + 1e-12:
+            best = (n, bucket, e / (ms + draft_ms))
+    return best
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0, 1), max_size=40), st.floats(0, 50))
+def test_plan_budget_equals_a_brute_force_search(p, draft_ms):
+    plan = plan_budget(np.sort(np.array(p, np.float64))[::-1], COSTS, draft_ms)
+    n, bucket, rate = brute_force_plan(p, COSTS, draft_ms)
+    assert (plan.num_nodes, plan.bucket) == (n, bucket) and plan.rate == pytest.approx(rate)
+
+
+def test_plan_budget_literal_cases():
+    none = plan_budget(np.zeros(0), COSTS, 0.0)
+    assert (none.num_nodes, none.bucket, none.expected_tokens) == (1, 1, 1.0)
+    weak = plan_budget(np.array([0.3, 0.2, 0.1]), COSTS, 0.0)  # E(8) = 1.6 < 125/70: plain decoding
+    assert weak.bucket == 1
+    chain = plan_budget(0.97 ** np.arange(1, 40), COSTS, 0.0)  # a long confident chain fills a deep bucket
+    assert chain.bucket == 32 and chain.num_nodes == 32
+    mid = plan_budget(np.array([0.9, 0.8, 0.7]), COSTS, 0.0)
+    assert (mid.num_nodes, mid.bucket) == (4, 8)
+
+
+def test_growth_is_skipped_when_the_suffix_branch_is_confident():
+    profile = EagleProfile(warmup=2)
+    assert should_grow(np.zeros(0), 0.0, profile, COSTS)  # no profile yet: grow to learn it
+    profile.update(np.array([0.6, 0.4, 0.3, 0.2, 0.1, 0.0]))
+    assert should_grow(0.95 ** np.arange(1, 20), 0.95, profile, COSTS)  # one sample is not enough evidence
+    profile.update(np.array([0.8, 0.6, 0.5, 0.4, 0.3, 0.2]))
+    np.testing.assert_allclose(profile.mean, [0.7, 0.5, 0.4, 0.3, 0.2, 0.1])  # the plain mean of the two
+    chain = 0.95 ** np.arange(1, 20)
+    assert not should_grow(chain, 0.95, profile, COSTS)
+    assert should_grow(np.zeros(0), 0.0, profile, COSTS)  # nothing else to go on: the head's 3.2 tokens pay
+    weak = EagleProfile(warmup=1)
+    weak.update(np.array([0.3, 0.1, 0.05]))
+    assert not should_grow(np.zeros(0), 0.0, weak, COSTS)  # 1.45 expected tokens never pay 25 + 125 ms
+
+
+def test_costs_are_validated():
+    with pytest.raises(ConfigError, match="increasing"):
+        VerifyCosts(((8, 10.0), (1, 5.0)))
+    with pytest.raises(ConfigError, match="> 0"):
+        VerifyCosts(((1, 0.0),))
+    with pytest.raises(ConfigError, match="no cost for buckets"):
+        COSTS.restricted((1, 8, 64))
+    assert COSTS.restricted((1, 16)).bucket_ms == ((1, 70.0), (16, 126.0))
+    with pytest.raises(ConfigError, match="alpha"):
+        EagleProfile(0.0)
+    with pytest.raises(ConfigError, match="warmup"):
+        EagleProfile(warmup=0)
+
+
+def test_cost_tracker_follows_observed_medians_and_drops_compile_outliers():
+    tracker = CostTracker(COSTS, window=3)
+    assert tracker.costs().bucket_ms == COSTS.bucket_ms  # nothing seen: the prior
+    tracker.observe(12, 5000.0)  # a first call that compiled the 16-row graph: dropped
+    for ms in (90.0, 95.0, 100.0, 400.0):  # the window keeps the last 3: median 100
+        tracker.observe(16, ms)
+    tracker.observe(1, 60.0)
+    tracker.observe_growth(12.0)
+    c = tracker.costs()
+    # seen: 1 -> 60 (prior 70), 16 -> 100 (prior 126); unseen 8 and 32 scale their priors by the median ratio
+    # of the seen ones; then non-decreasing (16 rises to 8's estimate)
+    scale = np.median([60 / 70, 100 / 126])
+    np.testing.assert_allclose([ms for _, ms in c.bucket_ms], [60, 125 * scale, 125 * scale, 176 * scale])
+    assert c.grow_ms == 12.0
+    assert tracker.bucket_of(9) == 16 and tracker.bucket_of(100) == 32
+
+
+def test_an_adaptive_proposer_learns_costs_from_the_time_between_propose_and_accept():
+    from mindspore_eagle.draft.hybrid import HybridProposer
+    from mindspore_eagle.verify import Acceptance
+
+    now = [0.0]
+    prop = HybridProposer("suffix", "adaptive", costs=COSTS, clock=lambda: now[0])
+    seq = [1, 2, 3, 4] * 6
+    prop.begin(seq, np.zeros((len(seq), 0), np.float32), 1)
+    for _ in range(3):
+        layout = prop.propose(prop.index.tokens[-1])
+        now[0] += 0.040  # the engine spent 40 ms verifying
+        prop.accept(Acceptance((0,), (2,), 2), np.zeros((1, 0), np.float32))
+        seq.append(2)
+    assert dict(prop.costs.bucket_ms)[prop.tracker.bucket_of(layout.num_nodes)] == pytest.approx(40.0)
+    with pytest.raises(ConfigError, match="window"):
+        CostTracker(COSTS, window=0)

@@ -1,0 +1,151 @@
+"""HybridProposer in the engine: every mode and budget is lossless (output == teacher-only greedy, token for
+token, against transformers), the draft head's context stays exactly what the committed tokens and the
+teacher's features make it even when the suffix branch proposed them (eagerly or after a lazy catch-up), and
+the offline replay reproduces the engine's steps."""
+
+import numpy as np
+import pytest
+
+from mindspore_eagle.config import RuntimeConfig
+from mindspore_eagle.draft import Eagle3Proposer, draft_cache_len
+from mindspore_eagle.draft.budget import VerifyCosts
+from mindspore_eagle.draft.hybrid import HybridProposer
+from mindspore_eagle.draft.replay import replay
+from mindspore_eagle.draft_config import TreeBudget
+from mindspore_eagle.engine import SpeculativeEngine
+from mindspore_eagle.errors import ConfigError, TreeInvariantError
+from mindspore_eagle.models.eagle3 import Eagle3DraftHead
+from mindspore_eagle.teacher import Teacher
+from tests.helpers import torch_greedy, write_public_head
+
+RUNTIME = dict(max_cache_len=160, buckets=(1, 8, 16, 32), prefill_chunk=16)
+BUDGET = TreeBudget(max_nodes=16, depth=3, top_k=3)
+HEAD_CONFIG = dict(architectures=["LlamaForCausalLMEagle3"], hidden_size=64, intermediate_size=96,
+                   num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=1, rms_norm_eps=1e-5,
+                   rope_theta=10000.0, vocab_size=101, draft_vocab_size=48, hidden_act="silu",
+                   max_position_embeddings=256, tie_word_embeddings=False)
+# The last prompt is periodic: the tiny teacher's continuation of it has runs the suffix branch predicts.
+PROMPTS = [[3, 17, 42, 5], [9, 9, 9, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15, 16, 20], [5, 6, 7, 8] * 5]
+N = 40
+CHEAP_GROWTH = VerifyCosts(((1, 70.0), (8, 125.0), (16, 126.0), (32, 176.0)), grow_ms=5.0)
+COSTLY_GROWTH = VerifyCosts(((1, 70.0), (8, 125.0), (16, 126.0), (32, 176.0)), grow_ms=5000.0)
+
+
+@pytest.fixture(scope="module")
+def setup(hf_tiny, tmp_path_factory):
+    """Teacher (transformers-checked tiny Llama), two proposers over one random EAGLE-3 head's weights (two
+    head instances: each its own cache), and the teacher's greedy futures of PROMPTS."""
+    from ckpt_convert import convert_eagle3
+
+    _, ms_dir, torch_model = hf_tiny("llama")
+    teacher = Teacher.load(ms_dir, RuntimeConfig(**RUNTIME))
+    root = tmp_path_factory.mktemp("hybrid_head")
+    write_public_head(str(root / "public"), HEAD_CONFIG, seed=3)
+    convert_eagle3(str(root / "public"), str(root / "ours"))
+
+    def make_eagle():
+        head = Eagle3DraftHead.load(str(root / "ours"), max_len=draft_cache_len(teacher.max_len, BUDGET))
+        return Eagle3Proposer.for_teacher(head, teacher, BUDGET)
+
+    futures = [torch_greedy(torch_model, p, N) for p in PROMPTS]
+    return teacher, make_eagle(), make_eagle(), futures
+
+
+@pytest.mark.parametrize("mode, budget", [("suffix", "fixed"), ("suffix", "adaptive"), ("hybrid", "fixed"),
+                                          ("hybrid", "adaptive"), ("eagle", "adaptive")])
+def test_every_mode_and_budget_equals_greedy_token_for_token(setup, mode, budget):
+    teacher, eagle, _, futures = setup
+    for prompt, future in zip(PROMPTS, futures):
+        prop = HybridProposer(mode, budget, eagle=eagle, max_nodes=16, costs=CHEAP_GROWTH,
+                              buckets=teacher.runtime.buckets)
+        gen = SpeculativeEngine(teacher).generate(prompt, N, proposer=prop)
+        assert list(gen.tokens) == future
+        assert len(prop.log) == gen.cycles
+        if budget == "adaptive":
+            assert {s.bucket for s in prop.log} <= {1, 8, 16}
+            assert all(s.nodes <= s.bucket for s in prop.log)
+    if mode != "eagle":  # the periodic prompt: the suffix branch got drafts accepted
+        assert prop.accepted_by_source()["suffix"] + prop.accepted_by_source()["both"] > 0
+
+
+def test_eagle_fixed_mode_proposes_exactly_the_head_trees(setup):
+    teacher, eagle, plain, futures = setup
+    prop = HybridProposer("eagle", "fixed", eagle=eagle, max_nodes=BUDGET.max_nodes)
+    a = SpeculativeEngine(teacher).generate(PROMPTS[2], N, proposer=prop)
+    b = SpeculativeEngine(teacher).generate(PROMPTS[2], N, proposer=plain)
+    assert [(s.tree_nodes, s.path) for s in a.steps] == [(s.tree_nodes, s.path) for s in b.steps]
+    assert list(a.tokens) == futures[2]
+
+
+class CaptureFeatures:
+    """Keeps the prefill's teacher features (``generate(seq, 1)`` runs no speculative step)."""
+
+    max_nodes = 1
+
+    def begin(self, prompt, aux, first):
+        self.aux = np.asarray(aux)
+
+    def propose(self, root):
+        raise AssertionError("unexpected step")
+
+    def accept(self, acc, aux):
+        raise AssertionError("unexpected step")
+
+
+@pytest.mark.parametrize("costs", [CHEAP_GROWTH, COSTLY_GROWTH], ids=["growth-each-step", "lazy-catch-up"])
+def test_head_context_equals_a_head_fed_the_whole_sequence_when_the_suffix_branch_drafted(setup, costs):
+    teacher, eagle, ref, _ = setup
+    prompt = PROMPTS[2]
+    prop = HybridProposer("hybrid", "adaptive", eagle=eagle, max_nodes=16, costs=costs,
+                          buckets=teacher.runtime.buckets, learn_costs=False)  # the costs decide when it grows
+    gen = SpeculativeEngine(teacher).generate(prompt, N, proposer=prop)
+    by_source = prop.accepted_by_source()
+    assert by_source["suffix"] > 0, by_source
+    grew = [s.grew for s in prop.log]
+    if costs is COSTLY_GROWTH:  # growth only while learning the profile (8 steps) and to refresh it (every 32)
+        assert grew[:8] == [True] * 8 and not any(grew[8:8 + 31]) and len(grew) > 12
+        assert prop.pending > 5  # the tokens committed since the last growth wait in the queue
+    prop.catch_up()
+    seq = list(prompt) + list(gen.tokens[:-1])  # committed tokens; the last emitted token is the next root
+    assert prop.pending == 0 and eagle.committed_len == len(seq) and eagle.root_token == gen.tokens[-1]
+    capture = CaptureFeatures()
+    SpeculativeEngine(teacher).generate(seq, 1, proposer=capture)
+    ref.begin(seq, capture.aux, gen.tokens[-1])  # one prefill's features for the whole committed sequence
+    n = len(seq)
+    for (k, v), (k_ref, v_ref) in zip(eagle.head.cache_parameters(), ref.head.cache_parameters()):
+        np.testing.assert_allclose(k.asnumpy()[:, :, :n], k_ref.asnumpy()[:, :, :n], atol=2e-4, rtol=1e-3)
+        np.testing.assert_allclose(v.asnumpy()[:, :, :n], v_ref.asnumpy()[:, :, :n], atol=2e-4, rtol=1e-3)
+    scores, tokens, parents = eagle.candidates()
+    ref_scores, ref_tokens, ref_parents = ref.candidates()
+    np.testing.assert_array_equal(tokens, ref_tokens)
+    np.testing.assert_allclose(scores, ref_scores, atol=1e-3)
+
+
+@pytest.mark.parametrize("budget", ["fixed", "adaptive"])
+def test_offline_replay_reproduces_the_engine_steps(setup, budget):
+    teacher, _, _, _ = setup
+    for prompt in PROMPTS:  # the same cost table on both sides (no learning from wall-clock time)
+        gen = SpeculativeEngine(teacher).generate(prompt, N, proposer=HybridProposer("suffix", budget, learn_costs=False))
+        steps = replay(HybridProposer("suffix", budget, learn_costs=False), prompt, gen.tokens)
+        # Every step but the last is the engine's; the last one is cut where the known output ends.
+        assert len(steps) == gen.cycles
+        assert [(s.nodes, s.emitted) for s in steps[:-1]] == [(s.tree_nodes, s.emitted) for s in gen.steps[:-1]]
+        assert steps[-1].nodes == gen.steps[-1].tree_nodes
+
+
+def test_bad_configurations_and_a_foreign_root_are_refused(setup):
+    teacher, eagle, _, _ = setup
+    with pytest.raises(ConfigError, match="mode='tree'"):
+        HybridProposer("tree")
+    with pytest.raises(ConfigError, match="budget='auto'"):
+        HybridProposer("suffix", "auto")
+    with pytest.raises(ConfigError, match="needs an Eagle3Proposer"):
+        HybridProposer("hybrid")
+    with pytest.raises(ConfigError, match="max_nodes=0"):
+        HybridProposer("suffix", max_nodes=0)
+    with pytest.raises(ConfigError, match="no cost for buckets"):
+        HybridProposer("suffix", costs=VerifyCosts(((1, 70.0), (8, 100.0))), buckets=(1, 8, 16))
+    prop = HybridProposer("suffix")
+    prop.begin([1, 2, 3], np.zeros((3, 0), np.float32), 4)
+    with pytest.raises(TreeInvariantError, match="ends with 4"):
+        prop.propose(5)
