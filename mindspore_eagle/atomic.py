@@ -209,4 +209,23 @@ def atomic_directory(out_dir: str, overwrite: bool, error: type[EagleError],
         os.replace(tmp + NEW, out_dir)
 
 
-__all__ = ["atomic_directory", "check_output_dir", "owner_is_dead", "owner_tag", "recover", "temp_path"]
+def write_text(path: str, text: str) -> None:
+    """Write a text file atomically: a temporary sibling, fsynced, then renamed over ``path`` (a reader sees the
+    old file or the whole new one, never half of it; a failed write leaves no temporary behind)."""
+    import tempfile
+
+    parent = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+__all__ = ["atomic_directory", "check_output_dir", "owner_is_dead", "owner_tag", "recover", "temp_path", "write_text"]

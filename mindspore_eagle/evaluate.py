@@ -38,6 +38,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from .atomic import write_text
 from .errors import CacheCapacityError, ConfigError
 from .evalset import EvalItem, spread_sample
 from .harness import compare, warm_up
@@ -369,12 +370,7 @@ def merge(out_dir: str, out_path: str | None = None) -> MergeResult:
         lines += [st.to_json(record="step", turn=tid) for st in steps[tid]]
         lines.append(turns[tid].to_json())
     lines += [skipped[tid].to_json() for tid in sorted(skipped)]
-    tmp = out_path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, out_path)
+    write_text(out_path, "\n".join(lines) + "\n")
     return MergeResult(out_path, len(turns), missing, duplicates, sum(tf.orphan_steps for tf in files),
                        tuple(sorted(skipped)))
 

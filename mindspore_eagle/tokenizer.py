@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from abc import ABC, abstractmethod
 from datetime import datetime
 from functools import lru_cache
@@ -492,11 +491,6 @@ def check_text(text: Any, what: str = "text") -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    from .atomic import write_text
+
+    write_text(str(path), text)

@@ -519,18 +519,10 @@ def main(argv=None) -> int:
 
 
 def _write_text(path: str, text: str) -> None:
-    """Atomic: a temporary file in the same directory, then rename."""
-    import tempfile
+    from mindspore_eagle.atomic import write_text
 
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_text(path, text)
 
 
 def _write_json(path: str, obj) -> None:

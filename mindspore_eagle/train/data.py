@@ -40,6 +40,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..atomic import write_text
+
 MANIFEST = "manifest.jsonl"
 CONVERSATIONS_FILE = "conversations.jsonl"
 
@@ -167,11 +169,7 @@ def generate_dataset(model_dir: str, out_dir: str, num_conversations: int | None
     os.makedirs(out_dir, exist_ok=True)
     tok = load_tokenizer(model_dir)
     convs = build_conversations(per_category, seed, 0.5 if second_turns else 0.0)[:num_conversations]
-    tmp = os.path.join(out_dir, CONVERSATIONS_FILE) + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for c in convs:
-            f.write(json.dumps(c) + "\n")
-    os.replace(tmp, os.path.join(out_dir, CONVERSATIONS_FILE))
+    write_text(os.path.join(out_dir, CONVERSATIONS_FILE), "".join(json.dumps(c) + "\n" for c in convs))
     finished = finished_conversations(out_dir)
     items, too_long = [], 0
     for item in as_items(convs):
