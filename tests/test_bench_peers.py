@@ -40,32 +40,41 @@ def test_clip_keeps_the_first_end_of_turn_token_and_at_most_n_tokens(peers):
     assert peers.first_difference((1, 2), (1, 2)) is None
 
 
-def _run(peers, name, outputs, seconds, cycles=None, cycle_tokens=None):
+def _run(peers, name, outputs, seconds, cycles=None, cycle_tokens=None, group="float32"):
     cycles = cycles or [len(t) - 1 for t in outputs]
     cycle_tokens = cycle_tokens or [len(t) - 1 for t in outputs]
     return peers.Run(name, prompts=tuple(peers.PromptRun(tuple(t), s, c, k)
-                                         for t, s, c, k in zip(outputs, seconds, cycles, cycle_tokens)))
+                                         for t, s, c, k in zip(outputs, seconds, cycles, cycle_tokens)), group=group)
 
 
-def test_summary_counts_equal_outputs_and_divides_by_transformers_fp32_greedy(peers):
+def test_summary_counts_equal_outputs_and_divides_by_the_reference_of_the_same_pass(peers):
     greedy = [[1, 2, 3, 4], [5, 6]]
     runs = [
+        _run(peers, "hf greedy float32", greedy, [1.5, 1.5]),
         _run(peers, "ours greedy float32", greedy, [2.0, 1.0]),
         _run(peers, "ours spec float32", greedy, [1.0, 0.5], cycles=[1, 1], cycle_tokens=[3, 1]),
-        _run(peers, "hf greedy float32", greedy, [1.5, 1.5]),
-        _run(peers, "hf pld3 bfloat16", [[1, 2, 9, 4], [5, 6]], [1.0, 1.0], cycles=[2, 1], cycle_tokens=[3, 1]),
-        peers.Run("ours spec bfloat16", "not run", "no --dtype yet"),
+        _run(peers, "hf greedy float32", greedy, [3.0, 3.0], group="bfloat16"),  # the reference, slower this pass
+        _run(peers, "hf greedy bfloat16", [[1, 2, 9, 9], [5, 6]], [1.0, 1.0], group="bfloat16"),
+        _run(peers, "hf pld3 bfloat16", [[1, 2, 9, 4], [5, 6]], [1.0, 1.0], cycles=[2, 1], cycle_tokens=[3, 1],
+             group="bfloat16"),
+        peers.Run("ours spec bfloat16", "not run", "no --dtype yet", group="bfloat16"),
     ]
     rows = peers.summarize_runs(runs)
     assert rows["hf greedy float32"]["tok_s"] == 2.0 and rows["hf greedy float32"]["x_hf"] == 1.0
     spec = rows["ours spec float32"]
     assert spec["tok_s"] == 4.0 and spec["x_hf"] == 2.0 and spec["tau"] == 2.0  # 6 tokens / 1.5 s; (3 + 1) / 2 cycles
-    assert spec["same_as_ours_greedy"] == 2 and spec["same_as_hf_greedy"] == 2
+    assert spec["x_hf_mean"] == round((4 / 1.0 / (4 / 1.5) + 2 / 0.5 / (2 / 1.5)) / 2, 3)
+    assert spec["same_as_ours_greedy"] == spec["same_as_hf_greedy"] == spec["same_as_own_greedy"] == 2
     assert rows["ours greedy float32"]["x_hf"] == 1.0 and rows["ours greedy float32"]["tau"] == 1.0
+    assert "same_as_own_greedy" not in rows["ours greedy float32"]
+    again = rows["hf greedy float32 (bfloat16 pass)"]
+    assert again["tok_s"] == 1.0 and again["same_as_hf_greedy"] == 2
     pld = rows["hf pld3 bfloat16"]
+    assert pld["ref_tok_s"] == 1.0 and pld["x_hf"] == 3.0  # against the bf16 pass's own measurement of the reference
     assert pld["same_as_ours_greedy"] == 1 and pld["first_diff_vs_hf_greedy"] == [2, None]
+    assert pld["same_as_own_greedy"] == 1 and pld["first_diff_vs_own_greedy"] == [3, None]  # vs hf greedy bf16
     assert pld["tau"] == round(4 / 3, 3)
-    assert rows["ours spec bfloat16"] == {"status": "not run", "reason": "no --dtype yet"}
+    assert rows["ours spec bfloat16"] == {"status": "not run", "reason": "no --dtype yet", "group": "bfloat16"}
     json.dumps(rows, allow_nan=False)
     table = peers.format_table(rows)
     assert "NOT RUN: no --dtype yet" in table and "2/2" in table and "1/2" in table
@@ -73,9 +82,10 @@ def test_summary_counts_equal_outputs_and_divides_by_transformers_fp32_greedy(pe
 
 def test_summary_without_a_reference_leaves_ratio_and_equality_out(peers):
     rows = peers.summarize_runs([_run(peers, "hf pld5 float32", [[1, 2]], [1.0]),
-                                 peers.Run("hf greedy float32", "failed", "worker exit 1")])
+                                 peers.Run("hf greedy float32", "failed", "worker exit 1", group="float32")])
     row = rows["hf pld5 float32"]
-    assert row["x_hf"] is None and "same_as_hf_greedy" not in row and "same_as_ours_greedy" not in row
+    assert row["x_hf"] is None and row["x_hf_mean"] is None
+    assert not any(k.startswith("same_as") for k in row)
     json.dumps(rows, allow_nan=False)
     assert "FAILED: worker exit 1" in peers.format_table(rows)
 
@@ -84,6 +94,89 @@ def test_a_reference_with_other_prompts_is_refused(peers):
     with pytest.raises(ValueError, match="prompts"):
         peers.summarize_runs([_run(peers, "ours greedy float32", [[1], [2]], [1.0, 1.0]),
                               _run(peers, "eagle float32", [[1]], [1.0])])
+
+
+def test_own_greedy_pairs_each_speculative_row_with_the_greedy_of_its_library_and_precision(peers):
+    assert peers.own_greedy("ours spec bfloat16") == "ours greedy bfloat16"
+    assert peers.own_greedy("hf pld10 float32") == "hf greedy float32"
+    assert peers.own_greedy("eagle bfloat16") == "hf greedy bfloat16"
+    assert peers.own_greedy("hf greedy bfloat16") is None and peers.own_greedy("ours greedy float32") is None
+
+
+def test_every_pass_holds_the_reference_and_ours_comes_before_eagle(peers):
+    passes = peers.plan_passes(["ours", "hf", "pld", "eagle"], ["bfloat16", "float32"], [3, 10])
+    assert [g for g, _ in passes] == ["float32", "bfloat16"]
+    names = [[n for j in jobs for n in j.names] for _, jobs in passes]
+    assert names[0] == ["hf greedy float32", "ours greedy float32", "ours spec float32", "hf pld3 float32",
+                        "hf pld10 float32", "eagle float32"]
+    assert names[1] == ["hf greedy float32", "ours greedy bfloat16", "ours spec bfloat16", "hf greedy bfloat16",
+                        "hf pld3 bfloat16", "hf pld10 bfloat16", "eagle bfloat16"]
+    assert [j.fields.get("check_prompt_ids") for _, jobs in passes for j in jobs if j.names == ("hf greedy float32",)] \
+        == [True, False]
+    assert peers.turn_order("abc", 0) == ["a", "b", "c"] and peers.turn_order("abc", 4) == ["b", "c", "a"]
+    assert peers.turn_order([], 3) == []
+
+
+# ----- the worker protocol, with a stand-in worker -----------------------------------------------------------------
+
+STAND_IN = """
+import json, sys, time
+req = json.load(open(sys.argv[sys.argv.index("--request") + 1]))
+def send(m):
+    sys.stdout.write(MARK + json.dumps(m) + "\\n"); sys.stdout.flush()
+print("library noise on stdout")
+if req["mode"] == "not_run":
+    send({"not_run": "no such option"}); sys.exit(0)
+if req["mode"] == "hang":
+    time.sleep(60)
+send({"ready": req["rows"], "info": {"budget": 7}})
+for line in iter(sys.stdin.readline, ""):
+    cmd = line.split()
+    if cmd[0] == "run":
+        i = int(cmd[1])
+        if req["mode"] == "crash" and i == 1:
+            print("Traceback: boom", file=sys.stderr); sys.exit(3)
+        send({"runs": {n: {"tokens": [i, i + 1], "seconds": 0.5, "cycles": 1, "cycle_tokens": 1} for n in req["rows"]}})
+    else:
+        send({"info": {req["rows"][0]: {"quit": True}}}); sys.exit(0)
+"""
+
+
+def _stand_in(peers, tmp_path, mode, rows=("a float32",), timeout=30.0):
+    script = tmp_path / "stand_in.py"
+    script.write_text(f"MARK = {peers.MARK!r}\n" + STAND_IN)
+    job = peers.Job("hf", tuple(rows), {})
+    return peers.Worker(job, {"mode": mode, "rows": list(rows)}, str(tmp_path), timeout, mode,
+                        cmd=[sys.executable, str(script)])
+
+
+def test_worker_protocol_collects_prompts_and_final_info(peers, tmp_path):
+    w = _stand_in(peers, tmp_path, "ok", rows=("a float32", "b float32"))
+    assert w.status == "ok" and w.ready_info == {"budget": 7}
+    for i in range(2):
+        msg = w.ask(f"run {i}")
+        for name, d in msg["runs"].items():
+            w.prompts[name][i] = peers.PromptRun.from_dict(d)
+    w.close()
+    a, b = w.runs("float32", 2)
+    assert a.status == b.status == "ok" and a.prompts[1].tokens == (1, 2) and a.info == {"quit": True}
+    assert b.info == {} and w.proc.returncode == 0
+    assert "library noise on stdout" in (tmp_path / "ok.log").read_text()
+
+
+def test_a_crashing_silent_or_refusing_worker_becomes_a_row_with_its_reason(peers, tmp_path):
+    w = _stand_in(peers, tmp_path, "crash")
+    assert w.ask("run 0") is not None and w.ask("run 1") is None
+    assert w.status == "failed" and "exited with code 3" in w.reason and "Traceback: boom" in w.reason
+    w.close()
+    assert w.runs("float32", 2)[0].status == "failed"
+    w = _stand_in(peers, tmp_path, "hang", timeout=1.0)
+    assert w.status == "failed" and "no answer within 1 s" in w.reason and w.proc.poll() is not None
+    w.close()
+    w = _stand_in(peers, tmp_path, "not_run")
+    w.close()
+    (row,) = w.runs("bfloat16", 2)
+    assert row.status == "not run" and row.reason == "no such option"
 
 
 # ----- the patched EAGLE copy, on a fake source tree ----------------------------------------------------------------
@@ -233,8 +326,13 @@ def test_hf_worker_outputs_greedy_tokens_and_counts_verification_forwards(peers,
     expected = peers.clip(torch_greedy(model, prompt, m), [100], m)
     req = {"dtype": "float32", "max_new_tokens": m, "eos": [100], "prompt_ids": [prompt, prompt[:7]],
            "prompts": ["", ""], "gguf": "unused"}
-    (greedy,) = peers.worker_hf(req)
-    (pld,) = peers.worker_hf({**req, "pld": 3})
+
+    def measure(system):
+        (name,) = system.rows
+        return peers.Run(name, prompts=tuple(system.run(ids)[name] for ids in req["prompt_ids"]))
+
+    greedy = measure(peers.HFSystem(req))
+    pld = measure(peers.HFSystem({**req, "pld": 3}))
     assert greedy.name == "hf greedy float32" and pld.name == "hf pld3 float32"
     first = greedy.prompts[0]
     assert first.tokens == expected and first.cycles == first.cycle_tokens == len(expected) - 1
