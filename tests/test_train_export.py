@@ -67,3 +67,30 @@ def test_exported_names_and_config_are_the_public_ones(tmp_path):
         c = json.load(f)
     assert c["architectures"] == ["LlamaForCausalLMEagle3"] and c["draft_vocab_size"] == 20
     assert c["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("target", [32, 40])
+def test_target_hidden_size_is_written_only_when_it_differs_and_both_forms_load(tmp_path, target):
+    """Published heads omit ``target_hidden_size`` when the head is as wide as the teacher; SafeAILab EAGLE's loader
+    reads the key's presence as "the head holds its own embed_tokens" and otherwise keeps a random table. Our loader
+    reads both forms back to the same config."""
+    import dataclasses
+
+    from mindspore_eagle.convert.eagle3 import load_hf_config
+    from mindspore_eagle.models.eagle3 import expected_head_shapes
+    from mindspore_eagle.train.export import export_head
+
+    cfg = dataclasses.replace(CFG, target_hidden_size=target)
+    rng = np.random.default_rng(1)
+    weights = {n: rng.normal(0, 1, s).astype(np.float32) for n, s in expected_head_shapes(cfg).items()}
+    vocab = DraftVocab.from_target_ids(rng.choice(50, 20, replace=False), 50)
+    export_head(str(tmp_path / "pub"), cfg, weights, vocab.d2t, vocab.t2d)
+    with open(tmp_path / "pub" / "config.json") as f:
+        written = json.load(f)
+    assert ("target_hidden_size" in written) == (target != CFG.hidden_size)
+    assert written.get("target_hidden_size", target) == target
+    assert load_hf_config(str(tmp_path / "pub")) == cfg
+    written["target_hidden_size"] = target  # the other form: the key present even when equal (our older exports)
+    with open(tmp_path / "pub" / "config.json", "w") as f:
+        json.dump(written, f)
+    assert load_hf_config(str(tmp_path / "pub")) == cfg

@@ -3,7 +3,9 @@
 The layout is what SafeAILab EAGLE and SpecForge save and what ``mindspore_eagle/convert/eagle3.py`` reads: tensor names
 ``fc.weight``, ``midlayer.*``, ``norm.weight``, ``lm_head.weight`` (Linear weights HF-oriented ``[out, in]``),
 plus ``d2t`` (int64) and ``t2d`` (bool) when the draft vocabulary is reduced; the config is a Llama config
-with ``draft_vocab_size``, ``target_hidden_size`` and ``eagle_config.eagle_aux_hidden_state_layer_ids``.
+with ``draft_vocab_size`` and ``eagle_config.eagle_aux_hidden_state_layer_ids``, and ``target_hidden_size`` only
+when it differs from ``hidden_size``, as the published heads do: SafeAILab EAGLE's loader reads the key's mere
+presence as "this head carries its own ``embed_tokens``" and, finding none, silently keeps a random embedding.
 ``dtype="float16"`` halves the file (the shipped default head); float32 keeps weights bit-exact.
 """
 
@@ -42,10 +44,11 @@ def public_config(cfg: DraftConfig, dtype: str) -> dict:
         "attention_bias": cfg.attention_bias,
         "vocab_size": cfg.vocab_size,
         "draft_vocab_size": cfg.draft_vocab_size,
-        "target_hidden_size": cfg.target_hidden_size,
         "tie_word_embeddings": False,
         "torch_dtype": dtype,
     }
+    if cfg.target_hidden_size != cfg.hidden_size:
+        d["target_hidden_size"] = cfg.target_hidden_size
     if cfg.rope_scaling is not None:
         rs = cfg.rope_scaling
         d["rope_scaling"] = {"rope_type": rs.kind, "factor": rs.factor, "low_freq_factor": rs.low_freq_factor,
