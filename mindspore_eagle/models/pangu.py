@@ -26,11 +26,13 @@ class DecoderLayer(nn.Cell):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = CachedAttention(cfg, batch_size, max_len, attention, matmul)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, matmul)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, matmul, cfg.rms_norm_eps)
 
     def construct(self, x, cos, sin, mask, write_idx):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, write_idx)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        # x + attn(input_layernorm(x)), then x + mlp(post_attention_layernorm(x)); the sub-cells take the norm and
+        # the residual (inside their kernels on the fused path)
+        x = self.self_attn(x, cos, sin, mask, write_idx, self.input_layernorm.weight, x)
+        return self.mlp(x, self.post_attention_layernorm.weight, x)
 
 
 class PanguModel(nn.Cell):
@@ -68,8 +70,9 @@ class PanguForCausalLM(nn.Cell):
         self.tied = cfg.tie_word_embeddings
         self.logits_matmul = ops.MatMul(transpose_b=True)
         self.tied_custom = self.tied and matmul is not None and matmul.custom
-        if self.tied_custom:  # logits = h @ embed_tokens.weight^T on a packed copy of the table
-            self.tied_kernel = LinearKernel(cfg.hidden_size, cfg.vocab_size, matmul.dtype, transposed=True)
+        if self.tied_custom:  # logits = norm(x) @ embed_tokens.weight^T on a packed copy of the table, norm inside
+            self.tied_kernel = LinearKernel(cfg.hidden_size, cfg.vocab_size, matmul.dtype, transposed=True,
+                                            norm_eps=cfg.rms_norm_eps)
         n_pos = max(cfg.max_position_embeddings, max_len)
         cos, sin = rope_tables(cfg, n_pos)
         self.cos_table = Tensor(cos)  # [P, D] constants, gathered by position
@@ -88,11 +91,11 @@ class PanguForCausalLM(nn.Cell):
             inputs = inputs + (x,)
             x = layer(x, cos, sin, mask, write_idx)
         taps = tuple(inputs[i] for i in self.aux_ids)  # in aux_layer_ids order, repeats allowed
-        h = self.model.norm(x)
-        h2 = h.reshape(b * t, -1)
         if self.tied_custom:
-            logits = self.tied_kernel(h2, None)
-        elif self.tied:
+            logits = self.tied_kernel(x.reshape(b * t, -1), None, self.model.norm.weight)
+            return logits.reshape(b, t, -1), ops.concat(taps, -1)
+        h2 = self.model.norm(x).reshape(b * t, -1)
+        if self.tied:
             logits = self.logits_matmul(h2, self.model.embed_tokens.weight)
         else:
             logits = self.lm_head(h2)
