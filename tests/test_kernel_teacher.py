@@ -68,6 +68,38 @@ def test_row_logits_identical_in_decode_and_in_a_16_token_forward(kernel_teacher
         assert np.array_equal(one.aux_hidden[0, 0].view(np.uint32), block.aux_hidden[0, i].view(np.uint32)), i
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_accepted_branch_logits_identical_in_a_bushy_tree_and_in_decode(kernel_teachers, kind, dtype):
+    """The true child of every node comes after a wrong sibling: the path [0, 2, 4, 6, 8] is verified at rows
+    L + [0, 2, 4, 6, 8] with siblings in between, and decoded one token at a time at rows L + [0, 1, 2, 3, 4]."""
+    teacher, _ = kernel_teachers(kind, dtype)
+    rng = np.random.default_rng(4)
+    prefix = rng.integers(0, teacher.cfg.vocab_size, 40)
+    path_tokens = rng.integers(0, teacher.cfg.vocab_size, 5)
+    wrong = (path_tokens + 1) % teacher.cfg.vocab_size
+    tokens = [int(t) for t in (path_tokens[0], wrong[1], path_tokens[1], wrong[2], path_tokens[2], wrong[3],
+                               path_tokens[3], wrong[4], path_tokens[4])]
+    layout = TreeLayout.from_parents(tokens, [0, 0, 0, 2, 2, 4, 4, 6, 6])
+    for off in range(0, 40, 16):
+        chain(teacher, prefix[off:off + 16], off)
+    tree = teacher.forward(ForwardInputs.for_tree(layout, 40, 16, teacher.max_len))
+    for k, node in enumerate([0, 2, 4, 6, 8]):
+        one = chain(teacher, [tokens[node]], 40 + k)
+        assert np.array_equal(one.logits[0, 0].view(np.uint32), tree.logits[0, node].view(np.uint32)), (k, node)
+        assert np.array_equal(one.aux_hidden[0, 0].view(np.uint32), tree.aux_hidden[0, node].view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_kernel_teacher_runs_the_fused_layers(kernel_teachers, dtype):
+    from mindspore_eagle.kernels import TreeAttentionKernel
+
+    teacher, _ = kernel_teachers("llama", dtype)
+    attn = [c for _, c in teacher.cell.cells_and_names() if isinstance(c, TreeAttentionKernel)]
+    assert len(attn) == teacher.cfg.num_layers
+    assert all(layer.self_attn.fused and layer.mlp.fused for layer in teacher.cell.model.layers)
+
+
 @pytest.mark.parametrize("draft", ["oracle", "wrong", "bushy"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_speculative_output_equals_greedy_with_kernels(kernel_teachers, dtype, draft):
