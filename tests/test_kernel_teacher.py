@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from mindspore import nn
 
 from mindspore_eagle.config import RuntimeConfig
 from mindspore_eagle.engine import SpeculativeEngine
@@ -92,12 +93,50 @@ def test_accepted_branch_logits_identical_in_a_bushy_tree_and_in_decode(kernel_t
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_kernel_teacher_runs_the_fused_layers(kernel_teachers, dtype):
-    from mindspore_eagle.kernels import TreeAttentionKernel
+    from mindspore_eagle.kernels import DecoderLayerKernel
 
     teacher, _ = kernel_teachers("llama", dtype)
-    attn = [c for _, c in teacher.cell.cells_and_names() if isinstance(c, TreeAttentionKernel)]
-    assert len(attn) == teacher.cfg.num_layers
-    assert all(layer.self_attn.fused and layer.mlp.fused for layer in teacher.cell.model.layers)
+    layers = [c for _, c in teacher.cell.cells_and_names() if isinstance(c, DecoderLayerKernel)]
+    assert len(layers) == teacher.cfg.num_layers
+    assert all(layer.fused and layer.self_attn.fused and layer.mlp.fused for layer in teacher.cell.model.layers)
+
+
+class FiveKernels(nn.Cell):
+    """A fused decoder layer's five kernels called one by one (what its one-op kernel chains in C++)."""
+
+    def __init__(self, layer):
+        super().__init__(auto_prefix=False)
+        self.layer = layer
+
+    def construct(self, x, cos, sin, mask, write_idx):
+        lay = self.layer
+        h = lay.self_attn(x, cos, sin, mask, write_idx, lay.input_layernorm.weight, x)
+        return lay.mlp(h, lay.post_attention_layernorm.weight, h)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_one_op_layer_equals_its_five_kernels_bit_for_bit(kernel_teachers, kind, dtype):
+    import mindspore as ms
+    from mindspore import Tensor
+
+    from mindspore_eagle.models.layers import write_index
+
+    teacher, _ = kernel_teachers(kind, dtype)
+    layer = teacher.cell.model.layers[1]
+    rng = np.random.default_rng(8)
+    inputs = ForwardInputs.for_tree(TreeLayout.from_parents(list(rng.integers(0, 50, 6)), [0, 0, 0, 1, 1, 2]), 20, 8,
+                                    teacher.max_len)
+    pos = inputs.positions[0]
+    cos = Tensor(teacher.cell.cos_table.asnumpy()[pos][None, None])  # [1, 1, T, D]
+    sin = Tensor(teacher.cell.sin_table.asnumpy()[pos][None, None])
+    x = Tensor(rng.standard_normal((1, 8, teacher.cfg.hidden_size)).astype(np.float32))
+    args = (x, cos, sin, Tensor(inputs.mask), write_index(Tensor(inputs.rows), teacher.cfg.num_kv_heads))
+    one = ms.jit(layer)(*args).asnumpy()
+    k_one = layer.self_attn.k_cache.asnumpy().copy()
+    five = ms.jit(FiveKernels(layer))(*args).asnumpy()
+    assert np.array_equal(one.view(np.uint32), five.view(np.uint32))
+    assert np.array_equal(k_one.view(np.uint32), layer.self_attn.k_cache.asnumpy().view(np.uint32))
 
 
 @pytest.mark.parametrize("draft", ["oracle", "wrong", "bushy"])

@@ -12,15 +12,18 @@ visible rows only, with the same batch invariance.
 
     choice.py     MatmulChoice: which backend/dtype a model's Linears use (passed explicitly)
     layout.py     packed panel layouts of the weights (numpy, made once at load)
-    build.py      compiles linear.cc + attention.cc into the project home, loads it, or says why not
+    build.py      compiles linear.cc + attention.cc + layer.cc into the project home, loads it, or says why not
     ops.py        LinearKernel (the AOT Custom op + packed weight, fused RMSNorm/SwiGLU/residual variants),
                   select_matmul, pack_weights, check_packed
-    cache_ops.py  TreeAttentionKernel (fused attention, in-place K/V writes), RowMoveKernel (in-place commit)
+    cache_ops.py  TreeAttentionKernel (fused attention, in-place K/V writes), RowMoveKernel (in-place commit),
+                  DecoderLayerKernel (a teacher layer's five kernels as one op)
 """
 
-from .cache_ops import RowMoveKernel, TreeAttentionKernel, fused_attention_supported
+from .cache_ops import (DecoderLayerKernel, RowMoveKernel, TreeAttentionKernel, fused_attention_supported,
+                        fused_layer_supported)
 from .choice import MatmulChoice
 from .ops import LinearKernel, check_packed, kernel_status, matmul_for, pack_weights, select_matmul
 
-__all__ = ["LinearKernel", "MatmulChoice", "RowMoveKernel", "TreeAttentionKernel", "check_packed",
-           "fused_attention_supported", "kernel_status", "matmul_for", "pack_weights", "select_matmul"]
+__all__ = ["DecoderLayerKernel", "LinearKernel", "MatmulChoice", "RowMoveKernel", "TreeAttentionKernel", "check_packed",
+           "fused_attention_supported", "fused_layer_supported", "kernel_status", "matmul_for", "pack_weights",
+           "select_matmul"]

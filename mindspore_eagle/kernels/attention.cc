@@ -48,6 +48,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels.h"
 #include "vmath.h"
 
 using mse::kLanes;
@@ -261,7 +262,6 @@ int tree_attention(int nparam, void** params, int* ndims, int64_t** shapes, cons
   if (D % kLanes != 0 || D <= 0 || Hkv <= 0 || W % D != 0) return 4;
   const int64_t H = W / D - 2 * Hkv;
   if (H <= 0 || H % Hkv != 0) return 4;
-  const int64_t rep = H / Hkv;
   for (int i = 0; i < 4; ++i)
     if (shapes[6][i] != shapes[5][i]) return 4;
   if (shapes[5][0] != B || shapes[3][0] != B || shapes[3][1] != 1 || shapes[3][2] != T || shapes[3][3] != S) return 4;
@@ -272,15 +272,23 @@ int tree_attention(int nparam, void** params, int* ndims, int64_t** shapes, cons
     if (n != B * T * D || shapes[i][ndims[i] - 1] != D) return 4;
   }
   if (shapes[7][0] != B || shapes[7][1] != T || shapes[7][2] != H * D) return 4;
+  return mse::attention_forward({B, T, H, Hkv, D, S, static_cast<const float*>(params[0]),
+                                 static_cast<const float*>(params[1]), static_cast<const float*>(params[2]),
+                                 static_cast<const float*>(params[3]), static_cast<const int64_t*>(params[4]),
+                                 static_cast<float*>(params[5]), static_cast<float*>(params[6]),
+                                 static_cast<float*>(params[7])});
+}
 
-  const float* qkv = static_cast<const float*>(params[0]);
-  const float* cosv = static_cast<const float*>(params[1]);
-  const float* sinv = static_cast<const float*>(params[2]);
-  const float* mask = static_cast<const float*>(params[3]);
-  const int64_t* widx = static_cast<const int64_t*>(params[4]);
-  float* kc = static_cast<float*>(params[5]);
-  float* vc = static_cast<float*>(params[6]);
-  float* out = static_cast<float*>(params[7]);
+int attention_body(const mse::AttentionCall& c) {
+  const int64_t B = c.B, T = c.T, H = c.H, Hkv = c.Hkv, D = c.D, S = c.S, W = (H + 2 * Hkv) * D, rep = H / Hkv;
+  const float* qkv = c.qkv;
+  const float* cosv = c.cos;
+  const float* sinv = c.sin;
+  const float* mask = c.mask;
+  const int64_t* widx = c.write_idx;
+  float* kc = c.k_cache;
+  float* vc = c.v_cache;
+  float* out = c.out;
   const float scale = (float)(1.0 / std::sqrt((double)D));
 
   for (int64_t b = 0; b < B; ++b)  // all row indices first: a bad one writes nothing
@@ -401,14 +409,23 @@ int move_rows(int nparam, void** params, int* ndims, int64_t** shapes, const cha
   return 0;
 }
 
-// Wall time spent in MseTreeAttention (for benchmarks: the attention share of a forward), and call count.
+// Wall time spent in attention_forward (for benchmarks: the attention share of a forward), and call count.
 std::atomic<int64_t> g_calls{0}, g_nanos{0};
 
 }  // namespace
 
+int mse::attention_forward(const AttentionCall& c) {
+  const auto start = std::chrono::steady_clock::now();
+  const int err = attention_body(c);
+  g_calls.fetch_add(1, std::memory_order_relaxed);
+  g_nanos.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+                        .count(), std::memory_order_relaxed);
+  return err;
+}
+
 extern "C" {
 
-// Calls and seconds spent in MseTreeAttention since the last reset (reset = 1 zeroes them after reading).
+// Calls and seconds spent in attention_forward since the last reset (reset = 1 zeroes them after reading).
 int64_t MseAttentionStats(double* seconds, int reset) {
   const int64_t calls = reset ? g_calls.exchange(0) : g_calls.load();
   const int64_t nanos = reset ? g_nanos.exchange(0) : g_nanos.load();
@@ -417,12 +434,7 @@ int64_t MseAttentionStats(double* seconds, int reset) {
 }
 
 int MseTreeAttention(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {
-  const auto start = std::chrono::steady_clock::now();
-  const int err = tree_attention(nparam, params, ndims, shapes, dtypes);
-  g_calls.fetch_add(1, std::memory_order_relaxed);
-  g_nanos.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-                        .count(), std::memory_order_relaxed);
-  return err;
+  return tree_attention(nparam, params, ndims, shapes, dtypes);
 }
 
 int MseMoveRows(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {

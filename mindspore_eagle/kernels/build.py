@@ -1,13 +1,13 @@
 """Compile the kernel sources once per machine into one library in the project home, and load it, or say in one
 line why not.
 
-The sources are ``linear.cc`` (the linear kernels) and ``attention.cc`` (fused cached attention, in-place cache
-row moves), both including ``vmath.h``. The shared library lands in ``<home>/kernels/mse_linear-<key>.so``
-(``home()`` is ``$MINDSPORE_EAGLE_HOME`` or ``~/.cache/mindspore_eagle``), where ``<key>`` hashes every source
-and header, the compiler's version and the flags: an edited source or another compiler builds a new file, never
-overwrites one a running process has mapped. The
-compiler writes a temporary sibling that is renamed into place, so a failed or concurrent build never leaves
-a half-written library.
+The sources are ``linear.cc`` (the linear kernels), ``attention.cc`` (fused cached attention, in-place cache
+row moves) and ``layer.cc`` (a whole decoder layer from those two), sharing ``kernels.h`` and ``vmath.h``. The
+shared library lands in ``<home>/kernels/mse_linear-<key>.so`` (``home()`` is ``$MINDSPORE_EAGLE_HOME`` or
+``~/.cache/mindspore_eagle``), where ``<key>`` hashes every source and header, the compiler's version and the
+flags: an edited source or another compiler builds a new file, never overwrites one a running process has
+mapped. The compiler writes a temporary sibling that is renamed into place, so a failed or concurrent build
+never leaves a half-written library.
 
 ``mindspore-eagle setup`` calls ``setup_kernels`` (so ``make demo`` / ``make test`` build it); a model asking
 for the custom kernels on a machine where setup has not run builds it on first use (a few seconds).
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from ..assets import home
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = tuple(os.path.join(_HERE, name) for name in ("linear.cc", "attention.cc"))
-HEADERS = (os.path.join(_HERE, "vmath.h"),)
+SOURCES = tuple(os.path.join(_HERE, name) for name in ("linear.cc", "attention.cc", "layer.cc"))
+HEADERS = tuple(os.path.join(_HERE, name) for name in ("kernels.h", "vmath.h"))
 CXX = "g++"
 FLAGS = ("-O3", "-std=c++17", "-fPIC", "-shared", "-pthread", "-Wall", "-ffp-contract=off")
 FEATURE_FP32, FEATURE_BF16 = 1, 2  # bits of MseKernelFeatures()

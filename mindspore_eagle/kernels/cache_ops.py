@@ -1,12 +1,14 @@
-"""The KV-cache kernels of ``attention.cc`` as MindSpore Cells: fused cached attention and in-place row moves.
+"""The kernels that write the KV cache in place, as MindSpore Cells: fused cached attention and in-place row moves
+(``attention.cc``), and a whole teacher decoder layer (``layer.cc``).
 
 Why: on the CPU, ``ops.scatter_nd_update`` into a cache Parameter copies the whole buffer on every write (60
 copies per forward of the default teacher), attention over the whole static cache costs the same at every
 committed length, and the ~25 primitive ops of one attention layer each pay MindSpore's ~12 us dispatch.
 ``TreeAttentionKernel`` does RoPE, the cache write and the attention of one layer in one op that reads only the
-visible cache rows; ``RowMoveKernel`` moves committed rows (``cache.commit.PathCommit``) without copying buffers.
+visible cache rows; ``RowMoveKernel`` moves committed rows (``cache.commit.PathCommit``) without copying buffers;
+``DecoderLayerKernel`` runs a teacher layer's five fused kernels as one op (one MindSpore dispatch per layer).
 
-Both write their cache inputs *in place*. MindSpore treats a Custom op as pure unless told otherwise: without
+All three write their cache inputs *in place*. MindSpore treats a Custom op as pure unless told otherwise: without
 ``side_effect_mem`` it drops an op whose output is unused and may order a read of the same Parameter before
 the write (both observed on CPU with MindSpore 2.10). With it, the auto-monad pass threads the op through
 MindSpore's memory-effect chain, like ``ScatterNdUpdate``: it is never elided, and reads of the written
@@ -16,7 +18,8 @@ Parameters are ordered after it, in the same graph, in later graphs and in PyNat
 
 from __future__ import annotations
 
-from mindspore import nn, ops
+import numpy as np
+from mindspore import Tensor, nn, ops
 
 from ..errors import ConfigError
 from .ops import kernel_status
@@ -89,4 +92,46 @@ class RowMoveKernel(nn.Cell):
         return self.op(src_rows, dst_rows, *caches)
 
 
-__all__ = ["LANES", "RowMoveKernel", "TreeAttentionKernel", "fused_attention_supported"]
+class DecoderLayerKernel(nn.Cell):
+    """``construct(x, norm1, w_qkv, b_qkv, cos, sin, mask, write_idx, k_cache, v_cache, w_o, b_o, norm2, w_gu,
+    w_down) -> out [B, T, E]``: ``h = x + o(attention(qkv(rms_norm(x; norm1))))``, ``out = h + down(swiglu(
+    gate_up(rms_norm(h; norm2))))``, the K/V rows written in place. The ``w_*`` are the packed weights of the layer's
+    ``LinearKernel`` s (q|k|v, o, gate|up, down), ``b_qkv`` / ``b_o`` the biases (None when the model has none),
+    the rest as for ``TreeAttentionKernel``. Bit-identical to running those five kernels one by one (layer.cc).
+    """
+
+    def __init__(self, dtype: str, qkv_bias: bool, o_bias: bool, eps: float):
+        super().__init__()
+        self.qkv_bias, self.o_bias = qkv_bias, o_bias
+        self.eps = Tensor(np.array([eps], np.float32))
+        name = f"MseDecoderLayer{'Bf16' if dtype == 'bfloat16' else 'F32'}{'QkvBias' if qkv_bias else ''}" \
+               f"{'OBias' if o_bias else ''}"
+
+        def infer_shape(x, *rest):
+            return x
+
+        def infer_dtype(x, *rest):
+            return x
+
+        self.op = _custom(name, infer_shape, infer_dtype)
+
+    def construct(self, x, norm1, w_qkv, b_qkv, cos, sin, mask, write_idx, k_cache, v_cache, w_o, b_o, norm2, w_gu,
+                  w_down):
+        args = (x, norm1, self.eps, w_qkv)
+        if self.qkv_bias:
+            args = args + (b_qkv,)
+        args = args + (cos, sin, mask, write_idx, k_cache, v_cache, w_o)
+        if self.o_bias:
+            args = args + (b_o,)
+        return self.op(*(args + (norm2, w_gu, w_down)))
+
+
+def fused_layer_supported(hidden: int, intermediate: int, head_dim: int) -> bool:
+    """Whether ``DecoderLayerKernel`` takes these sizes: whole 16-column panels everywhere (hidden, 2 x intermediate
+    and head_dim multiples of 16) and an even intermediate size (the bf16 pairs of the down projection)."""
+    return (fused_attention_supported(head_dim) and hidden % LANES == 0 and (2 * intermediate) % LANES == 0
+            and intermediate % 2 == 0)
+
+
+__all__ = ["DecoderLayerKernel", "LANES", "RowMoveKernel", "TreeAttentionKernel", "fused_attention_supported",
+           "fused_layer_supported"]

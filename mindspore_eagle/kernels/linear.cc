@@ -57,6 +57,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels.h"
 #include "vmath.h"
 
 namespace {
@@ -366,7 +367,10 @@ MSE_AVX512BF16 void pack_activations(const float* x, int64_t M, int64_t K, uint3
 // an fma chain per lane (k mod 16) and then hsum's fixed tree. SwiGLU: the input is [gate | up] (2K wide) and
 // a = silu(gate) * up.
 
-enum Prologue { kNone = 0, kNorm = 1, kGlu = 2 };
+using mse::kGlu;
+using mse::kNone;
+using mse::kNorm;
+using mse::Prologue;
 
 MSE_AVX512 void rmsnorm_rows(const float* x, int64_t M, int64_t K, const float* w, float eps, float* a) {
   for (int64_t i = 0; i < M; ++i) {
@@ -400,11 +404,11 @@ MSE_AVX512 void swiglu_rows(const float* x, int64_t M, int64_t K, float* a) {
 
 // ---------------------------------------------------------------------------------------------------------
 // One entry point per variant: (dtype, prologue, bias, residual). Inputs in this order, then the output y:
-//     x f32 [M, Kx]                    Kx = K, or 2K for SwiGLU ([gate | up])
+//     x f32 [..., Kx]                  Kx = K, or 2K for SwiGLU ([gate | up]); M = the product of the leading dims
 //     W panels                         fp32 [np, K, 16] or bf16 bits int16 [np, ceil(K/2), 32]
 //     bias f32 [N]                     if bias
 //     norm weight f32 [K], eps f32 [1] if RMSNorm
-//     residual f32 [M, N]              if residual: y = residual + (x W + bias)
+//     residual f32 [..., N]            if residual: y = residual + (x W + bias); y f32 [..., N], x's leading dims
 // Returns 0, or a nonzero code naming the first inconsistent argument (1 count, 2 rank, 3 dtype, 4-8 shape).
 
 struct Variant {
@@ -415,6 +419,14 @@ struct Variant {
 
 bool is_f32(const char* dtype) { return std::strcmp(dtype, "float32") == 0; }
 
+// Whether tensor i has the leading dims of x (tensor 0) and last dim n.
+bool rows_like_x(int i, int64_t n, int* ndims, int64_t** shapes) {
+  if (ndims[i] != ndims[0] || shapes[i][ndims[i] - 1] != n) return false;
+  for (int a = 0; a + 1 < ndims[0]; ++a)
+    if (shapes[i][a] != shapes[0][a]) return false;
+  return true;
+}
+
 int linear(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, const Variant& v) {
   int next = 2;
   const int bias_i = v.bias ? next++ : -1;
@@ -423,56 +435,32 @@ int linear(int nparam, void** params, int* ndims, int64_t** shapes, const char**
   const int res_i = v.residual ? next++ : -1;
   if (nparam != next + 1) return 1;
   const int yi = nparam - 1;
-  if (ndims[0] != 2 || ndims[1] != 3 || ndims[yi] != 2) return 2;
+  if (ndims[0] < 2 || ndims[1] != 3 || ndims[yi] != ndims[0]) return 2;
   if (!is_f32(dtypes[0]) || !is_f32(dtypes[yi]) || std::strcmp(dtypes[1], v.bf16 ? "int16" : "float32") != 0)
     return 3;
-  const int64_t M = shapes[0][0], Kx = shapes[0][1], N = shapes[yi][1];
+  int64_t M = 1;
+  for (int a = 0; a + 1 < ndims[0]; ++a) M *= shapes[0][a];
+  const int64_t Kx = shapes[0][ndims[0] - 1], N = shapes[yi][ndims[yi] - 1];
   if (v.prologue == kGlu && Kx % 2 != 0) return 4;
   const int64_t K = v.prologue == kGlu ? Kx / 2 : Kx, K2 = (K + 1) / 2;
   const int64_t np = (N + kLanes - 1) / kLanes;
-  if (shapes[yi][0] != M) return 4;
+  if (!rows_like_x(yi, N, ndims, shapes)) return 4;
   if (shapes[1][0] != np || shapes[1][1] != (v.bf16 ? K2 : K) || shapes[1][2] != (v.bf16 ? 2 : 1) * kLanes) return 5;
   if (bias_i >= 0 && (ndims[bias_i] != 1 || shapes[bias_i][0] != N || !is_f32(dtypes[bias_i]))) return 6;
   if (norm_i >= 0 && (ndims[norm_i] != 1 || shapes[norm_i][0] != K || !is_f32(dtypes[norm_i]) ||
                       ndims[eps_i] != 1 || shapes[eps_i][0] != 1 || !is_f32(dtypes[eps_i])))
     return 7;
-  if (res_i >= 0 && (ndims[res_i] != 2 || shapes[res_i][0] != M || shapes[res_i][1] != N || !is_f32(dtypes[res_i])))
-    return 8;
+  if (res_i >= 0 && (!rows_like_x(res_i, N, ndims, shapes) || !is_f32(dtypes[res_i]))) return 8;
 
-  const float* a = static_cast<const float*>(params[0]);
-  thread_local std::vector<float> act;
-  if (v.prologue != kNone) {
-    act.resize((size_t)(M * K));
-    if (v.prologue == kNorm)
-      rmsnorm_rows(a, M, K, static_cast<const float*>(params[norm_i]), *static_cast<const float*>(params[eps_i]),
-                   act.data());
-    else
-      swiglu_rows(a, M, K, act.data());
-    a = act.data();
-  }
-  Job c{};
-  c.M = M, c.K = K, c.N = N, c.np = np;
-  c.chunk = chunk_panels(M, c.np);
-  c.nchunks = M > 0 ? (c.np + c.chunk - 1) / c.chunk : 0;
-  c.bias = bias_i >= 0 ? static_cast<const float*>(params[bias_i]) : nullptr;
-  c.res = res_i >= 0 ? static_cast<const float*>(params[res_i]) : nullptr;
-  c.y = static_cast<float*>(params[yi]);
-  thread_local std::vector<uint32_t> xq;
-  if (v.bf16) {
-    xq.resize((size_t)(M * K2));
-    pack_activations(a, M, K, xq.data(), K2);
-    c.wb = static_cast<const uint16_t*>(params[1]);
-    c.xq = xq.data(), c.K2 = K2;
-    c.bf16 = true;
-  } else {
-    c.x = a;
-    c.wf = static_cast<const float*>(params[1]);
-  }
-  Pool::get().run(c);
+  mse::linear_forward({v.bf16, v.prologue, M, K, N, static_cast<const float*>(params[0]), params[1],
+                       bias_i >= 0 ? static_cast<const float*>(params[bias_i]) : nullptr,
+                       norm_i >= 0 ? static_cast<const float*>(params[norm_i]) : nullptr,
+                       eps_i >= 0 ? *static_cast<const float*>(params[eps_i]) : 0.0f,
+                       res_i >= 0 ? static_cast<const float*>(params[res_i]) : nullptr, static_cast<float*>(params[yi])});
   return 0;
 }
 
-// Wall time spent inside the entry points (for benchmarks: the linear share of a forward), and call count.
+// Wall time spent inside linear_forward (for benchmarks: the linear share of a forward), and call count.
 std::atomic<int64_t> g_calls{0}, g_nanos{0};
 
 struct CallTimer {
@@ -486,9 +474,43 @@ struct CallTimer {
 
 }  // namespace
 
+void mse::linear_forward(const LinearCall& call) {
+  CallTimer timer;
+  const int64_t M = call.M, K = call.K, N = call.N, K2 = (K + 1) / 2;
+  const float* a = call.x;
+  thread_local std::vector<float> act;
+  if (call.prologue != kNone) {
+    act.resize((size_t)(M * K));
+    if (call.prologue == kNorm)
+      rmsnorm_rows(a, M, K, call.norm_w, call.eps, act.data());
+    else
+      swiglu_rows(a, M, K, act.data());
+    a = act.data();
+  }
+  Job c{};
+  c.M = M, c.K = K, c.N = N, c.np = (N + kLanes - 1) / kLanes;
+  c.chunk = chunk_panels(M, c.np);
+  c.nchunks = M > 0 ? (c.np + c.chunk - 1) / c.chunk : 0;
+  c.bias = call.bias;
+  c.res = call.res;
+  c.y = call.y;
+  thread_local std::vector<uint32_t> xq;
+  if (call.bf16) {
+    xq.resize((size_t)(M * K2));
+    pack_activations(a, M, K, xq.data(), K2);
+    c.wb = static_cast<const uint16_t*>(call.w);
+    c.xq = xq.data(), c.K2 = K2;
+    c.bf16 = true;
+  } else {
+    c.x = a;
+    c.wf = static_cast<const float*>(call.w);
+  }
+  Pool::get().run(c);
+}
+
 extern "C" {
 
-// Calls and seconds spent in the linear entry points since the last reset (reset = 1 zeroes them after reading).
+// Calls and seconds spent in linear_forward since the last reset (reset = 1 zeroes them after reading).
 int64_t MseKernelStats(double* seconds, int reset) {
   const int64_t calls = reset ? g_calls.exchange(0) : g_calls.load();
   const int64_t nanos = reset ? g_nanos.exchange(0) : g_nanos.load();
@@ -514,7 +536,6 @@ int64_t MseKernelWorkerChunks() { return Pool::get().worker_chunks.load(); }
 // MseLinear{F32,Bf16}[Norm|Glu][Bias][Res]: every variant of ``linear`` above.
 #define MSE_LINEAR_ENTRY(NAME, BF16, PRO, BIAS, RES)                                                        \
   int NAME(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {    \
-    CallTimer timer;                                                                                         \
     return linear(nparam, params, ndims, shapes, dtypes, Variant{BF16, PRO, BIAS, RES});                     \
   }
 #define MSE_LINEAR_DTYPES(PRO_NAME, PRO, BIAS_NAME, BIAS, RES_NAME, RES)                    \

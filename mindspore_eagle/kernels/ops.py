@@ -76,13 +76,14 @@ def matmul_for(runtime) -> MatmulChoice:
 
 
 class LinearKernel(nn.Cell):
-    """``construct(x, bias=None, norm_weight=None, residual=None) -> y [M, N]`` on the packed copy of a
+    """``construct(x, bias=None, norm_weight=None, residual=None) -> y [..., N]`` on the packed copy of a
     ``[K, N]`` weight: ``y = residual + (a @ W + bias)`` with ``a`` the kernel's activations of ``x``:
 
-        glu=False, norm_weight None:  a = x                                        x [M, K]
+        glu=False, norm_weight None:  a = x                                        x [..., K]
         glu=False, norm_weight [K]:   a = x * rsqrt(mean(x^2) + norm_eps) * norm_weight   (RMSNorm)
-        glu=True:                     a = silu(x[:, :K]) * x[:, K:]                x [M, 2K] = [gate | up]
+        glu=True:                     a = silu(x[..., :K]) * x[..., K:]            x [..., 2K] = [gate | up]
 
+    ``x`` has any leading dims (rows = their product); ``y`` and ``residual`` have the same ones.
     ``transposed``: the weight handed to ``pack`` is stored ``[N, K]`` (the tied LM head's embedding table).
     ``bias``: whether ``construct`` receives a bias (added inside the kernel, after the K reduction).
     ``residual`` (optional ``[M, N]``) is added last. Every variant keeps the batch invariance of the plain
@@ -110,7 +111,7 @@ class LinearKernel(nn.Cell):
         n = out_features
 
         def infer_shape(x, *rest):
-            return [x[0], n]
+            return list(x[:-1]) + [n]
 
         def infer_dtype(x, *rest):
             return x

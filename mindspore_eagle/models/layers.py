@@ -61,16 +61,14 @@ class Linear(nn.Cell):
             self.kernel.pack(self.weight.asnumpy())
 
     def construct(self, x):
+        if self.custom and self.has_bias:  # the kernel takes any leading dims
+            return self.kernel(x, self.bias)
+        if self.custom:
+            return self.kernel(x, None)
         lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.in_features)  # [prod(lead), in]
-        if self.custom and self.has_bias:
-            y = self.kernel(x2, self.bias)
-        elif self.custom:
-            y = self.kernel(x2, None)
-        else:
-            y = self.matmul(x2, self.weight)  # [prod(lead), out]
-            if self.has_bias:
-                y = y + self.bias
+        y = self.matmul(x.reshape(-1, self.in_features), self.weight)  # [prod(lead), out]
+        if self.has_bias:
+            y = y + self.bias
         return y.reshape(lead + (self.out_features,))
 
 
@@ -213,16 +211,12 @@ class CachedAttention(nn.Cell):
         return out if residual is None else residual + out
 
     def _fused(self, x, cos, sin, mask, write_idx, norm_weight, residual):
-        b, t, e = x.shape
-        x2 = x.reshape(b * t, e)  # [B*T, in]
         bias = None
         if self.qkv_bias:
             bias = ops.concat((self.q_proj.bias, self.k_proj.bias, self.v_proj.bias))
-        qkv = self.qkv_kernel(x2, bias, norm_weight).reshape(b, t, -1)  # [B, T, (H + 2 Hkv) D]
+        qkv = self.qkv_kernel(x, bias, norm_weight)  # [B, T, (H + 2 Hkv) D]
         out = self.attention_kernel(qkv, cos, sin, mask, write_idx, self.k_cache, self.v_cache)  # [B, T, H D]
-        res = None if residual is None else residual.reshape(b * t, -1)
-        y = self.o_kernel(out.reshape(b * t, -1), self.o_proj.bias if self.o_bias else None, None, res)
-        return y.reshape(b, t, -1)
+        return self.o_kernel(out, self.o_proj.bias if self.o_bias else None, None, residual)  # [B, T, hidden]
 
     def _primitive(self, x, cos, sin, mask, write_idx):
         b, t, _ = x.shape
@@ -268,11 +262,8 @@ class SwiGLU(nn.Cell):
 
     def construct(self, x, norm_weight=None, residual=None):
         if self.fused:
-            lead = x.shape[:-1]
-            x2 = x.reshape(-1, x.shape[-1])  # [M, hidden]
-            gate_up = self.gate_up_kernel(x2, None, norm_weight)  # [M, 2 * intermediate]
-            res = None if residual is None else residual.reshape(x2.shape)
-            return self.down_kernel(gate_up, None, None, res).reshape(lead + (x.shape[-1],))
+            gate_up = self.gate_up_kernel(x, None, norm_weight)  # [..., 2 * intermediate]
+            return self.down_kernel(gate_up, None, None, residual)
         if norm_weight is not None:
             x = rms_norm(x, norm_weight, self.eps)
         out = self.down_proj(ops.silu(self.gate_proj(x)) * self.up_proj(x))
