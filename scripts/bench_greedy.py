@@ -1,10 +1,16 @@
-"""Greedy decoding speed of the default teacher: our graph mode vs HuggingFace transformers, side by side.
+"""Greedy decoding speed of the default teacher: ours vs HuggingFace transformers, fp32 and bf16, same weights.
 
-Both run the same weights (the SmolLM2 GGUF, dequantized to fp32) in one process, one after the other, on
-the same prompts after an untimed warm-up. Also reports the warm-up (compile) time and the memory-bandwidth
-floor (fp32 weight bytes read once per decode step / measured bandwidth). Last stdout line: one JSON object.
+Four workers, each in its own process (after MindSpore graphs have run, its thread pool slows torch matmuls in
+the same process several-fold): ours fp32 and bf16 (the default runtime: the fused custom kernels where this
+machine runs them), transformers fp32 and bf16 (the SmolLM2 GGUF dequantized to fp32, ``.to(bfloat16)`` for
+bf16; ``--torch-threads`` torch threads, default 1). Workers run in rounds, ours and theirs alternating, and
+each reports decode ms/token (prefill excluded) per prompt; the summary takes medians over prompts and rounds.
+Both sides decode the same prompts for the same number of tokens (no EOS stop); the summary also says whether
+the tokens agree (fp32 must: transformers is the parity reference; bf16 rounds differently on each side).
+Last stdout line: one JSON object.
 
-    python scripts/bench_greedy.py [--new-tokens 64] [--skip-hf]
+    python scripts/bench_greedy.py [--new-tokens 64] [--rounds 2] [--torch-threads 1] [--skip-hf]
+    python scripts/bench_greedy.py --worker ours|hf --dtype float32|bfloat16   (one worker, JSON on stdout)
 """
 
 from __future__ import annotations
@@ -13,99 +19,143 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
-
-import numpy as np
+from pathlib import Path
 
 os.environ.setdefault("GLOG_v", "3")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 PROMPTS = [
     "Explain in two sentences why the sky is blue.",
     "Write a Python function that checks whether a string is a palindrome.",
     "Give me three tips for learning a new language.",
 ]
+DTYPES = ("float32", "bfloat16")
 
 
-def measure_bandwidth_gbs(size_mb: int = 512, repeats: int = 5) -> float:
-    """Read bandwidth: best of ``repeats`` sums over a ``size_mb`` float32 array (one pass, read-only)."""
-    a = np.ones(size_mb * (1 << 20) // 4, np.float32)
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        a.sum()
-        best = min(best, time.perf_counter() - t)
-    return a.nbytes / best / 1e9
+def prompt_ids() -> list[list[int]]:
+    from mindspore_eagle.assets import require_default_model
+    from mindspore_eagle.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(require_default_model())
+    return [tok.encode_chat([{"role": "user", "content": p}]) for p in PROMPTS]
+
+
+def worker_ours(dtype: str, new_tokens: int) -> dict:
+    from mindspore_eagle.assets import require_default_model
+    from mindspore_eagle.config import RuntimeConfig
+    from mindspore_eagle.engine import SpeculativeEngine
+    from mindspore_eagle.teacher import Teacher
+
+    prompts = prompt_ids()
+    teacher = Teacher.load(require_default_model(), RuntimeConfig(max_cache_len=1024, dtype=dtype))
+    engine = SpeculativeEngine(teacher)
+    start = time.perf_counter()
+    engine.generate(prompts[0], 2)  # compiles the prefill bucket and the decode bucket
+    warmup = time.perf_counter() - start
+    ms_tok, tokens = [], []
+    for ids in prompts:
+        r = engine.generate(ids, new_tokens)
+        ms_tok.append((r.total_s - r.ttft_s) / max(len(r.tokens) - 1, 1) * 1000)
+        tokens.append(list(r.tokens))
+    return {"ms_per_token": ms_tok, "tokens": tokens, "warmup_s": warmup,
+            "matmul": f"{teacher.matmul.backend}/{teacher.matmul.dtype}"}
+
+
+def worker_hf(dtype: str, new_tokens: int, threads: int) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from mindspore_eagle.assets import default_gguf_path
+
+    torch.set_num_threads(threads)
+    prompts = prompt_ids()
+    gguf = default_gguf_path()
+    model = AutoModelForCausalLM.from_pretrained(os.path.dirname(gguf), gguf_file=os.path.basename(gguf),
+                                                 dtype=torch.float32).eval()
+    if dtype == "bfloat16":
+        model = model.to(torch.bfloat16)
+    ms_tok, tokens = [], []
+    with torch.no_grad():
+        model.generate(torch.tensor([prompts[0]]), max_new_tokens=2, do_sample=False, pad_token_id=0)
+        for ids in prompts:
+            x = torch.tensor([ids])
+            t0 = time.perf_counter()
+            model.generate(x, max_new_tokens=1, do_sample=False, pad_token_id=0)
+            t1 = time.perf_counter()
+            out = model.generate(x, max_new_tokens=new_tokens, do_sample=False, pad_token_id=0, eos_token_id=None)
+            t2 = time.perf_counter()
+            # decode ms/token: (full run - a 1-token run) / (n - 1), i.e. prefill excluded as on our side
+            ms_tok.append(((t2 - t1) - (t1 - t0)) / (new_tokens - 1) * 1000)
+            tokens.append(out[0, len(ids):].tolist())
+    return {"ms_per_token": ms_tok, "tokens": tokens, "torch_threads": threads}
+
+
+def run_worker(side: str, dtype: str, args) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", side, "--dtype", dtype,
+           "--new-tokens", str(args.new_tokens), "--torch-threads", str(args.torch_threads)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise SystemExit(f"worker {side} {dtype} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def agreement(a: list[list[int]], b: list[list[int]]) -> float:
+    """Fraction of positions where two token lists agree, up to the first difference of each prompt."""
+    same = total = 0
+    for x, y in zip(a, b):
+        n = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+        same += n
+        total += min(len(x), len(y))
+    return same / total if total else float("nan")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--torch-threads", type=int, default=1)
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--worker", choices=("ours", "hf"))
+    ap.add_argument("--dtype", choices=DTYPES, default="float32")
     args = ap.parse_args()
+    if args.worker == "ours":
+        print(json.dumps(worker_ours(args.dtype, args.new_tokens)))
+        return
+    if args.worker == "hf":
+        print(json.dumps(worker_hf(args.dtype, args.new_tokens, args.torch_threads)))
+        return
 
-    from mindspore_eagle.assets import default_gguf_path, require_default_model
-    from mindspore_eagle.config import RuntimeConfig
-    from mindspore_eagle.engine import greedy_generate
-    from mindspore_eagle.teacher import Teacher
-    from mindspore_eagle.tokenizer import load_tokenizer
-
-    model_dir = require_default_model()
-    tok = load_tokenizer(model_dir)
-    prompts = [tok.encode_chat([{"role": "user", "content": p}]) for p in PROMPTS]
-    teacher = Teacher.load(model_dir, RuntimeConfig(max_cache_len=1024))
-    weight_bytes = sum(int(np.prod(p.shape)) * 4 for p in teacher.cell.weight_parameters().values())
-
-    t = time.perf_counter()
-    greedy_generate(teacher, prompts[0], max_new_tokens=2)  # compiles prefill bucket 64 and decode bucket 1
-    warmup_s = time.perf_counter() - t
-
-    ours_ms, ours_tokens = [], []
-    for ids in prompts:
-        r = greedy_generate(teacher, ids, args.new_tokens)  # no EOS stop: equal token counts for both sides
-        ours_ms.append((r.total_s - r.ttft_s) / max(len(r.tokens) - 1, 1) * 1000)
-        ours_tokens.append(list(r.tokens))
-    ours_ms_tok = statistics.median(ours_ms)
-
-    hf_ms_tok = float("nan")
-    same = None
-    if not args.skip_hf:
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        gguf = default_gguf_path()
-        hf = AutoModelForCausalLM.from_pretrained(os.path.dirname(gguf), gguf_file=os.path.basename(gguf),
-                                                  dtype=torch.float32).eval()
-        with torch.no_grad():
-            hf.generate(torch.tensor([prompts[0]]), max_new_tokens=2, do_sample=False, pad_token_id=0)
-            hf_ms, same = [], True
-            for ids, ours in zip(prompts, ours_tokens):
-                x = torch.tensor([ids])
-                t = time.perf_counter()
-                first = hf.generate(x, max_new_tokens=1, do_sample=False, pad_token_id=0)
-                t1 = time.perf_counter()
-                out = hf.generate(x, max_new_tokens=args.new_tokens, do_sample=False, pad_token_id=0,
-                                  eos_token_id=None)
-                t2 = time.perf_counter()
-                # decode ms/token: (full run - a 1-token run) / (n - 1), i.e. prefill excluded on both sides
-                hf_ms.append(((t2 - t1) - (t1 - t)) / (args.new_tokens - 1) * 1000)
-                same &= out[0, len(ids):].tolist() == ours
-                del first
-        hf_ms_tok = statistics.median(hf_ms)
-
-    bw = measure_bandwidth_gbs()
-    floor_ms = weight_bytes / (bw * 1e9) * 1000
-    print(f"warm-up (compiles prefill bucket 64 and decode bucket 1): {warmup_s:.1f} s")
-    print(f"weights {weight_bytes / 1e6:.0f} MB fp32, read bandwidth {bw:.1f} GB/s -> floor {floor_ms:.1f} ms/token")
-    print(f"ours (graph):   {ours_ms_tok:.1f} ms/token = {1000 / ours_ms_tok:.2f} tok/s  ({ours_ms_tok / floor_ms:.2f}x floor)")
-    if not args.skip_hf:
-        print(f"transformers:   {hf_ms_tok:.1f} ms/token = {1000 / hf_ms_tok:.2f} tok/s")
-        print(f"speed ratio ours/transformers: {hf_ms_tok / ours_ms_tok:.2f}x; identical tokens: {same}")
-    print(json.dumps({"ours_ms_per_token": round(ours_ms_tok, 2), "ours_tok_s": round(1000 / ours_ms_tok, 2),
-                      "hf_ms_per_token": round(hf_ms_tok, 2), "hf_tok_s": round(1000 / hf_ms_tok, 2),
-                      "ratio_vs_hf": round(hf_ms_tok / ours_ms_tok, 2), "floor_ms_per_token": round(floor_ms, 1),
-                      "x_floor": round(ours_ms_tok / floor_ms, 2), "bandwidth_gbs": round(bw, 2),
-                      "warmup_s": round(warmup_s, 1),
-                      "identical_tokens": same, "new_tokens": args.new_tokens}))
+    sides = ("ours",) if args.skip_hf else ("ours", "hf")
+    runs: dict = {(s, d): [] for s in sides for d in DTYPES}
+    for r in range(args.rounds):
+        for d in DTYPES:
+            for s in sides:
+                res = run_worker(s, d, args)
+                runs[s, d].append(res)
+                print(f"round {r + 1}: {s:4s} {d:8s} ms/token " + ", ".join(f"{v:.1f}" for v in res["ms_per_token"]),
+                      flush=True)
+    summary = {"new_tokens": args.new_tokens, "rounds": args.rounds, "torch_threads": args.torch_threads,
+               "load_average": round(os.getloadavg()[0], 2)}
+    for d in DTYPES:
+        ours = statistics.median(v for res in runs["ours", d] for v in res["ms_per_token"])
+        entry = {"ours_ms_per_token": round(ours, 2), "ours_tok_s": round(1000 / ours, 2),
+                 "ours_matmul": runs["ours", d][0]["matmul"], "ours_warmup_s": round(runs["ours", d][0]["warmup_s"], 1)}
+        if not args.skip_hf:
+            hf = statistics.median(v for res in runs["hf", d] for v in res["ms_per_token"])
+            entry.update(hf_ms_per_token=round(hf, 2), hf_tok_s=round(1000 / hf, 2), speedup_vs_hf=round(hf / ours, 2),
+                         token_agreement=round(agreement(runs["ours", d][0]["tokens"], runs["hf", d][0]["tokens"]), 3))
+        summary[d] = entry
+        line = f"{d:8s}: ours {ours:6.1f} ms/token"
+        if not args.skip_hf:
+            line += (f", transformers {entry['hf_ms_per_token']:6.1f} ms/token -> ours {entry['speedup_vs_hf']:.2f}x "
+                     f"faster; tokens agree on {entry['token_agreement']:.0%} of positions")
+        print(line)
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":

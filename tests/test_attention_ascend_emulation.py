@@ -205,6 +205,7 @@ def tiny_pair(tmp_path_factory):
 def test_teacher_on_emulated_fused_attention_is_lossless_and_close_to_reference(tiny_pair):
     from mindspore_eagle.draft import load_proposer
     from mindspore_eagle.engine import SpeculativeEngine
+    from mindspore_eagle.kernels import MatmulChoice
     from mindspore_eagle.teacher import Teacher
 
     teacher_dir, head_dir = tiny_pair
@@ -216,7 +217,7 @@ def test_teacher_on_emulated_fused_attention_is_lossless_and_close_to_reference(
     layer = fused_teacher.cell.model.layers[0].self_attn
     assert isinstance(layer.core, attention.FusedAttention) and layer.k_cache.dtype == ms.float16
     assert isinstance(proposer.head.midlayer.self_attn.core, attention.FusedAttention)
-    ref_teacher = Teacher.load(teacher_dir, runtime)
+    ref_teacher = Teacher.load(teacher_dir, runtime, matmul=MatmulChoice())  # the primitive reference path
     assert isinstance(ref_teacher.cell.model.layers[0].self_attn.core, attention.ReferenceAttention)
 
     prompt = [3, 17, 42, 5, 9, 60, 61]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from mindspore import nn
 
 from mindspore_eagle.config import RuntimeConfig
 from mindspore_eagle.engine import SpeculativeEngine
@@ -66,6 +67,76 @@ def test_row_logits_identical_in_decode_and_in_a_16_token_forward(kernel_teacher
         one = chain(teacher, tokens[i:i + 1], 40 + i)
         assert np.array_equal(one.logits[0, 0].view(np.uint32), block.logits[0, i].view(np.uint32)), i
         assert np.array_equal(one.aux_hidden[0, 0].view(np.uint32), block.aux_hidden[0, i].view(np.uint32)), i
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_accepted_branch_logits_identical_in_a_bushy_tree_and_in_decode(kernel_teachers, kind, dtype):
+    """The true child of every node comes after a wrong sibling: the path [0, 2, 4, 6, 8] is verified at rows
+    L + [0, 2, 4, 6, 8] with siblings in between, and decoded one token at a time at rows L + [0, 1, 2, 3, 4]."""
+    teacher, _ = kernel_teachers(kind, dtype)
+    rng = np.random.default_rng(4)
+    prefix = rng.integers(0, teacher.cfg.vocab_size, 40)
+    path_tokens = rng.integers(0, teacher.cfg.vocab_size, 5)
+    wrong = (path_tokens + 1) % teacher.cfg.vocab_size
+    tokens = [int(t) for t in (path_tokens[0], wrong[1], path_tokens[1], wrong[2], path_tokens[2], wrong[3],
+                               path_tokens[3], wrong[4], path_tokens[4])]
+    layout = TreeLayout.from_parents(tokens, [0, 0, 0, 2, 2, 4, 4, 6, 6])
+    for off in range(0, 40, 16):
+        chain(teacher, prefix[off:off + 16], off)
+    tree = teacher.forward(ForwardInputs.for_tree(layout, 40, 16, teacher.max_len))
+    for k, node in enumerate([0, 2, 4, 6, 8]):
+        one = chain(teacher, [tokens[node]], 40 + k)
+        assert np.array_equal(one.logits[0, 0].view(np.uint32), tree.logits[0, node].view(np.uint32)), (k, node)
+        assert np.array_equal(one.aux_hidden[0, 0].view(np.uint32), tree.aux_hidden[0, node].view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_kernel_teacher_runs_the_fused_layers(kernel_teachers, dtype):
+    from mindspore_eagle.kernels import DecoderLayerKernel
+
+    teacher, _ = kernel_teachers("llama", dtype)
+    layers = [c for _, c in teacher.cell.cells_and_names() if isinstance(c, DecoderLayerKernel)]
+    assert len(layers) == teacher.cfg.num_layers
+    assert all(layer.fused and layer.self_attn.fused and layer.mlp.fused for layer in teacher.cell.model.layers)
+
+
+class FiveKernels(nn.Cell):
+    """A fused decoder layer's five kernels called one by one (what its one-op kernel chains in C++)."""
+
+    def __init__(self, layer):
+        super().__init__(auto_prefix=False)
+        self.layer = layer
+
+    def construct(self, x, cos, sin, mask, write_idx):
+        lay = self.layer
+        h = lay.self_attn(x, cos, sin, mask, write_idx, lay.input_layernorm.weight, x)
+        return lay.mlp(h, lay.post_attention_layernorm.weight, h)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_one_op_layer_equals_its_five_kernels_bit_for_bit(kernel_teachers, kind, dtype):
+    import mindspore as ms
+    from mindspore import Tensor
+
+    from mindspore_eagle.models.layers import write_index
+
+    teacher, _ = kernel_teachers(kind, dtype)
+    layer = teacher.cell.model.layers[1]
+    rng = np.random.default_rng(8)
+    inputs = ForwardInputs.for_tree(TreeLayout.from_parents(list(rng.integers(0, 50, 6)), [0, 0, 0, 1, 1, 2]), 20, 8,
+                                    teacher.max_len)
+    pos = inputs.positions[0]
+    cos = Tensor(teacher.cell.cos_table.asnumpy()[pos][None, None])  # [1, 1, T, D]
+    sin = Tensor(teacher.cell.sin_table.asnumpy()[pos][None, None])
+    x = Tensor(rng.standard_normal((1, 8, teacher.cfg.hidden_size)).astype(np.float32))
+    args = (x, cos, sin, Tensor(inputs.mask), write_index(Tensor(inputs.rows), teacher.cfg.num_kv_heads))
+    one = ms.jit(layer)(*args).asnumpy()
+    k_one = layer.self_attn.k_cache.asnumpy().copy()
+    five = ms.jit(FiveKernels(layer))(*args).asnumpy()
+    assert np.array_equal(one.view(np.uint32), five.view(np.uint32))
+    assert np.array_equal(k_one.view(np.uint32), layer.self_attn.k_cache.asnumpy().view(np.uint32))
 
 
 @pytest.mark.parametrize("draft", ["oracle", "wrong", "bushy"])

@@ -16,7 +16,7 @@ from pathlib import Path
 import mindspore as ms
 import numpy as np
 import pytest
-from mindspore import Tensor
+from mindspore import Tensor, nn
 
 from mindspore_eagle.errors import ConfigError
 from mindspore_eagle.kernels import MatmulChoice, check_packed, pack_weights, select_matmul
@@ -124,6 +124,87 @@ def test_reference_mode_equals_graph_mode(dtype):
     x, w, b = random_case(16, 96, 40, seed=5, bias=True)
     lin = make_linear(w, b, dtype)
     assert np.array_equal(lin(Tensor(x)).asnumpy(), run(lin, x))
+
+
+# ----- fused variants: RMSNorm / SwiGLU prologue, residual epilogue ------------------------------------------
+
+
+class FusedCall(nn.Cell):
+    """A ``LinearKernel`` called with the optional inputs of one variant (which ones is fixed per instance)."""
+
+    def __init__(self, kern, bias, norm, residual):
+        super().__init__()
+        self.kern, self.bias, self.norm, self.residual = kern, bias, norm, residual
+
+    def construct(self, x, b, w, r):
+        return self.kern(x, b if self.bias else None, w if self.norm else None, r if self.residual else None)
+
+
+def fused_reference(x, w, b, norm_w, res, prologue, eps):
+    """float64: ``res + (a @ w + b)`` with ``a`` the prologue's activations; also returns ``a``."""
+    x = x.astype(np.float64)
+    if prologue == "rmsnorm":
+        a = x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * norm_w
+    elif prologue == "swiglu":
+        k = x.shape[1] // 2
+        a = x[:, :k] / (1.0 + np.exp(-x[:, :k])) * x[:, k:]
+    else:
+        a = x
+    y = a @ w.astype(np.float64) + (b if b is not None else 0.0)
+    return (y + res if res is not None else y), a
+
+
+VARIANTS = [("rmsnorm", False), ("rmsnorm", True), ("swiglu", False), ("swiglu", True), ("none", True)]
+
+
+def make_variant(m, k, n, prologue, residual, bias, dtype, seed):
+    from mindspore_eagle.kernels import LinearKernel
+
+    x, w, b = random_case(m, 2 * k if prologue == "swiglu" else k, n, seed, bias)
+    w = w[:k] if prologue == "swiglu" else w
+    rng = np.random.default_rng(seed + 1)
+    norm_w = (1.0 + 0.1 * rng.standard_normal(k)).astype(np.float32)
+    res = rng.standard_normal((m, n)).astype(np.float32) if residual else None
+    kern = LinearKernel(k, n, dtype, bias, glu=prologue == "swiglu", norm_eps=1e-5 if prologue == "rmsnorm" else None)
+    kern.pack(w)
+    call = FusedCall(kern, bias, prologue == "rmsnorm", residual)
+    dummy = Tensor(np.zeros(1, np.float32))
+    args = [Tensor(b) if bias else dummy, Tensor(norm_w), Tensor(res) if residual else dummy]
+    return call, x, w, b, norm_w, res, args
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("prologue,residual", VARIANTS)
+def test_fused_variants_match_float64(dtype, prologue, residual, bias):
+    require_kernel(dtype)
+    m, k, n = 9, 77, 50
+    call, x, w, b, norm_w, res, args = make_variant(m, k, n, prologue, residual, bias, dtype, seed=21)
+    y = ms.jit(call)(Tensor(x), *args).asnumpy()
+    ref, a = fused_reference(x, w, b, norm_w, res, prologue, 1e-5)
+    scale = np.abs(a) @ np.abs(w).astype(np.float64) + (np.abs(res) if residual else 0.0) + 1e-30
+    # fp32: sequential-sum bound plus the activations' own few roundings; bf16: activations and weights rounded
+    # to 8 bits, each product off by <= 2^-7 relative
+    tol = (k + 16) * 2.0 ** -24 if dtype == "float32" else 2.0 ** -7
+    assert np.all(np.abs(y - ref) <= tol * scale), np.max(np.abs(y - ref) / scale)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("prologue,residual", VARIANTS)
+def test_fused_variant_row_does_not_depend_on_rows_in_the_call(dtype, prologue, residual):
+    require_kernel(dtype)
+    call, x, w, b, norm_w, res, args = make_variant(64, 577, 300, prologue, residual, True, dtype, seed=22)
+    fn = ms.jit(call)
+
+    def rows(sl):
+        r = Tensor(res[sl]) if residual else args[2]
+        return fn(Tensor(x[sl]), args[0], args[1], r).asnumpy().view(np.uint32)
+
+    full = rows(slice(0, 64))
+    for m in (1, 7, 16):
+        assert np.array_equal(rows(slice(0, m)), full[:m]), m
+    for i in (3, 40):
+        assert np.array_equal(rows(slice(i, i + 1))[0], full[i])
 
 
 def test_packed_layouts_match_the_documented_example():

@@ -14,6 +14,12 @@ twice on one row) — harmless, in range, never negative.
 
 ``path_moves`` builds the move list of an accepted path: only the out-of-place suffix, never a row below L; a
 chain path (``[0, 1, ..., k]``, its nodes already in rows ``L .. L+k``) moves nothing.
+
+Two implementations of the same copy: ``ops.gather_nd`` + ``ops.scatter_nd_update`` (primitives, any device;
+on the CPU every ScatterNdUpdate copies its whole buffer, 60 buffers per commit of the default teacher), and
+the in-place ``kernels.RowMoveKernel`` (one op that copies only the moved rows). A copy is a copy: both leave
+bit-identical buffers (tests/test_cache_commit.py runs both). ``inplace=None`` picks the kernel where the
+kernel library runs (x86-64 Linux with AVX-512, MindSpore on the CPU).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import numpy as np
 from mindspore import Parameter, ParameterTuple, nn, ops
 
 from ..errors import ConfigError
+from ..kernels import RowMoveKernel, kernel_status
 from ..models.layers import write_index
 
 def check_path(path: Sequence[int], bucket: int, parents: Sequence[int] | None = None) -> np.ndarray:
@@ -102,22 +109,36 @@ def _check_pairs(pairs: Sequence[tuple[Parameter, Parameter]]) -> tuple[int, int
     return shapes.pop()
 
 
+def row_moves_in_place() -> bool:
+    """Whether ``PathCommit`` can use the in-place row-move kernel here (the kernel library runs, on the CPU)."""
+    import mindspore as ms
+
+    return ms.get_context("device_target") == "CPU" and kernel_status("float32").library is not None
+
+
 class PathCommit(nn.Cell):
     """``construct(src_rows [B, P], dst_rows [B, P]) -> dst_rows``: row ``src_rows[b, j]`` of every buffer
     is copied to row ``dst_rows[b, j]``, reading all sources before any write.
 
-    Both index tensors are int32/int64, in ``[0, max_len)``; the caller (``BranchableKVCache``) checks that on
-    the host. Duplicate destinations must carry the same source (pad entries do). The buffers are updated in
-    place with ``ops.scatter_nd_update`` (``Parameter.scatter_`` would silently do nothing in a graph).
+    Both index tensors are int32 (``pad_moves``), in ``[0, max_len)``; the caller (``BranchableKVCache``) checks
+    that on the host. Duplicate destinations must carry the same source (pad entries do). ``inplace``: the
+    row-move kernel (True), the primitives (False), or the kernel where it runs (None, see the module
+    docstring). The primitives update the buffers with ``ops.scatter_nd_update`` (``Parameter.scatter_`` would
+    silently do nothing in a graph).
     """
 
-    def __init__(self, pairs: Sequence[tuple[Parameter, Parameter]]):
+    def __init__(self, pairs: Sequence[tuple[Parameter, Parameter]], inplace: bool | None = None):
         super().__init__()
         self.batch_size, self.max_len = _check_pairs(pairs)
         self.caches = ParameterTuple([p for pair in pairs for p in pair])  # k0, v0, k1, v1, ...
         self.num_layers = len(pairs)
+        self.inplace = row_moves_in_place() if inplace is None else bool(inplace)
+        if self.inplace:
+            self.mover = RowMoveKernel()
 
     def construct(self, src_rows, dst_rows):
+        if self.inplace:
+            return self.mover(src_rows, dst_rows, self.caches)
         gathered = ()
         for cache in self.caches:
             idx = write_index(src_rows, cache.shape[1])  # [B, Hkv, P, 3] (batch, head, row)

@@ -126,12 +126,14 @@ class BranchableKVCache:
         L = cache.commit(accepted_path)           # moves only out-of-place rows; L += len(path)
 
     ``exec_mode`` PERFORMANCE compiles the row moves (one graph per round bucket that ever commits a move);
-    REFERENCE runs the same Cell in PyNative.
+    REFERENCE runs the same Cell in PyNative. ``inplace``: how the rows move (``cache.commit.PathCommit``; None =
+    the in-place kernel where it runs).
     """
 
-    def __init__(self, pairs: Sequence[tuple[Parameter, Parameter]], exec_mode: ExecMode = ExecMode.PERFORMANCE):
+    def __init__(self, pairs: Sequence[tuple[Parameter, Parameter]], exec_mode: ExecMode = ExecMode.PERFORMANCE,
+                 inplace: bool | None = None):
         self.pairs = [tuple(pair) for pair in pairs]
-        self.cell = PathCommit(self.pairs)
+        self.cell = PathCommit(self.pairs, inplace)
         self._fn = ExecMode.parse(exec_mode).compile(self.cell)
         self.state = CacheState(self.cell.max_len)
 

@@ -1,18 +1,22 @@
-"""Compile ``linear.cc`` once per machine into the project home, and load it, or say in one line why not.
+"""Compile the kernel sources once per machine into one library in the project home, and load it, or say in one
+line why not.
 
-The shared library lands in ``<home>/kernels/mse_linear-<key>.so`` (``home()`` is ``$MINDSPORE_EAGLE_HOME`` or
-``~/.cache/mindspore_eagle``), where ``<key>`` hashes the source, the compiler's version and the flags: an
-edited source or another compiler builds a new file, never overwrites one a running process has mapped. The
-compiler writes a temporary sibling that is renamed into place, so a failed or concurrent build never leaves
-a half-written library.
+The sources are ``linear.cc`` (the linear kernels), ``attention.cc`` (fused cached attention, in-place cache
+row moves) and ``layer.cc`` (a whole decoder layer from those two), sharing ``kernels.h`` and ``vmath.h``. The
+shared library lands in ``<home>/kernels/mse_linear-<key>.so`` (``home()`` is ``$MINDSPORE_EAGLE_HOME`` or
+``~/.cache/mindspore_eagle``), where ``<key>`` hashes every source and header, the compiler's version and the
+flags: an edited source or another compiler builds a new file, never overwrites one a running process has
+mapped. The compiler writes a temporary sibling that is renamed into place, so a failed or concurrent build
+never leaves a half-written library.
 
 ``mindspore-eagle setup`` calls ``setup_kernels`` (so ``make demo`` / ``make test`` build it); a model asking
 for the custom kernels on a machine where setup has not run builds it on first use (a few seconds).
 
 The library is compiled for baseline x86-64 with the kernels under per-function ``target`` attributes, so it
 loads on any x86-64 CPU and reports what the processor can run (``MseKernelFeatures``) before any AVX-512
-instruction executes. Flags never include ``-ffast-math``: the kernels' results depend on the exact
-operation order written in the source (see linear.cc on batch invariance).
+instruction executes. Flags never include ``-ffast-math``, and ``-ffp-contract=off`` keeps a product and a sum
+written separately from being fused into one fma: the kernels' results depend on the exact operation order
+written in the source (see linear.cc and attention.cc on batch invariance).
 """
 
 from __future__ import annotations
@@ -30,9 +34,11 @@ from dataclasses import dataclass
 
 from ..assets import home
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "linear.cc")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCES = tuple(os.path.join(_HERE, name) for name in ("linear.cc", "attention.cc", "layer.cc"))
+HEADERS = tuple(os.path.join(_HERE, name) for name in ("kernels.h", "vmath.h"))
 CXX = "g++"
-FLAGS = ("-O3", "-std=c++17", "-fPIC", "-shared", "-pthread", "-Wall")
+FLAGS = ("-O3", "-std=c++17", "-fPIC", "-shared", "-pthread", "-Wall", "-ffp-contract=off")
 FEATURE_FP32, FEATURE_BF16 = 1, 2  # bits of MseKernelFeatures()
 
 
@@ -76,10 +82,11 @@ def _compiler_version(cxx: str) -> str:
 
 
 def library_path(cxx: str = CXX, flags: tuple[str, ...] = FLAGS) -> str:
-    """Where the library built from the current source with ``cxx`` and ``flags`` lives."""
+    """Where the library built from the current sources with ``cxx`` and ``flags`` lives."""
     h = hashlib.sha256()
-    with open(SOURCE, "rb") as f:
-        h.update(f.read())
+    for path in SOURCES + HEADERS:
+        with open(path, "rb") as f:
+            h.update(f.read())
     h.update("\0".join((_compiler_version(cxx), platform.machine(), *flags)).encode())
     return os.path.join(kernels_dir(), f"mse_linear-{h.hexdigest()[:16]}.so")
 
@@ -105,10 +112,11 @@ def build(cxx: str = CXX, flags: tuple[str, ...] = FLAGS) -> KernelStatus:
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(out), prefix=".build-", suffix=".so")
         os.close(fd)
         try:
-            proc = subprocess.run([cxx, *flags, "-o", tmp, SOURCE], capture_output=True, text=True)
+            proc = subprocess.run([cxx, *flags, "-o", tmp, *SOURCES], capture_output=True, text=True)
             if proc.returncode != 0:
                 last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-                return KernelStatus(None, f"compiling {os.path.basename(SOURCE)} with {cxx} failed: {last}")
+                names = " + ".join(os.path.basename(p) for p in SOURCES)
+                return KernelStatus(None, f"compiling {names} with {cxx} failed: {last}")
             os.chmod(tmp, 0o755)
             os.replace(tmp, out)
         finally:

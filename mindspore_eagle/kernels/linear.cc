@@ -40,7 +40,6 @@
 // made every shape slower, because the caller must wait for a chunk whose worker was preempted. Set
 // MSE_KERNEL_THREADS=2 on a dedicated machine, where the compute-bound shapes (M >= 16) can gain from it.
 
-#include <immintrin.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -49,6 +48,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -57,8 +57,8 @@
 #include <utility>
 #include <vector>
 
-#define MSE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
-#define MSE_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
+#include "kernels.h"
+#include "vmath.h"
 
 namespace {
 
@@ -87,17 +87,21 @@ MSE_AVX512 inline __m512 load_partial(const float* y, bool first, __mmask16 m) {
   return first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, y);
 }
 
-// End of a slab: store the partial sum, or on the last slab the result (+ bias), masked to the valid columns.
-MSE_AVX512 inline void store_partial(float* y, const float* bias, __mmask16 m, __m512 acc) {
+// End of a slab: store the partial sum, or on the last slab the result: (acc + bias), then residual + that,
+// masked to the valid columns. bias and res are null except on the last slab.
+MSE_AVX512 inline void store_partial(float* y, const float* bias, const float* res, __mmask16 m, __m512 acc) {
   if (bias) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, bias));
+  if (res) acc = _mm512_add_ps(_mm512_maskz_loadu_ps(m, res), acc);
   _mm512_mask_storeu_ps(y, m, acc);
 }
 
-// fp32: x rows at x + i * ldx; panel p of the block at w + p * K * 16; pf: prefetch distance in rows. y and bias
-// point at the block's first column (bias only on the last slab); valid: columns left from there.
+// fp32: x rows at x + i * ldx; panel p of the block at w + p * K * 16; pf: prefetch distance in rows. y, bias
+// and res (the residual, row stride ldy) point at the block's first column (bias and res only on the last
+// slab); valid: columns left from there.
 template <int RM, int RN>
 MSE_AVX512 void block_f32(const float* x, int64_t ldx, const float* w, int64_t K, int64_t k0, int64_t k1,
-                          int64_t pf, float* y, int64_t ldy, const float* bias, bool first, int64_t valid) {
+                          int64_t pf, float* y, int64_t ldy, const float* bias, const float* res, bool first,
+                          int64_t valid) {
   __m512 acc[RM][RN];
   __mmask16 mask[RN];
   for (int j = 0; j < RN; ++j) mask[j] = lane_mask(valid - j * kLanes);
@@ -117,15 +121,16 @@ MSE_AVX512 void block_f32(const float* x, int64_t ldx, const float* w, int64_t K
   }
   for (int i = 0; i < RM; ++i)
     for (int j = 0; j < RN; ++j)
-      store_partial(y + i * ldy + j * kLanes, bias ? bias + j * kLanes : nullptr, mask[j], acc[i][j]);
+      store_partial(y + i * ldy + j * kLanes, bias ? bias + j * kLanes : nullptr,
+                    res ? res + i * ldy + j * kLanes : nullptr, mask[j], acc[i][j]);
 }
 
 // bf16: xq rows hold ceil(K/2) packed bf16 pairs (low half = even k); panel p at w + p * K2 * 32; [q0, q1) are
 // pair indices.
 template <int RM, int RN>
 MSE_AVX512BF16 void block_bf16(const uint32_t* xq, int64_t ldx, const uint16_t* w, int64_t K2, int64_t q0,
-                               int64_t q1, int64_t pf, float* y, int64_t ldy, const float* bias, bool first,
-                               int64_t valid) {
+                               int64_t q1, int64_t pf, float* y, int64_t ldy, const float* bias, const float* res,
+                               bool first, int64_t valid) {
   __m512 acc[RM][RN];
   __mmask16 mask[RN];
   for (int j = 0; j < RN; ++j) mask[j] = lane_mask(valid - j * kLanes);
@@ -145,14 +150,15 @@ MSE_AVX512BF16 void block_bf16(const uint32_t* xq, int64_t ldx, const uint16_t* 
   }
   for (int i = 0; i < RM; ++i)
     for (int j = 0; j < RN; ++j)
-      store_partial(y + i * ldy + j * kLanes, bias ? bias + j * kLanes : nullptr, mask[j], acc[i][j]);
+      store_partial(y + i * ldy + j * kLanes, bias ? bias + j * kLanes : nullptr,
+                    res ? res + i * ldy + j * kLanes : nullptr, mask[j], acc[i][j]);
 }
 
 // Dispatch tables over (RM, RN): index [RM - 1][RN - 1].
 using BlockF32 = void (*)(const float*, int64_t, const float*, int64_t, int64_t, int64_t, int64_t, float*,
-                          int64_t, const float*, bool, int64_t);
+                          int64_t, const float*, const float*, bool, int64_t);
 using BlockBf16 = void (*)(const uint32_t*, int64_t, const uint16_t*, int64_t, int64_t, int64_t, int64_t, float*,
-                           int64_t, const float*, bool, int64_t);
+                           int64_t, const float*, const float*, bool, int64_t);
 
 template <int RM, int... RNs>
 constexpr std::array<BlockF32, sizeof...(RNs)> row_f32(std::integer_sequence<int, RNs...>) {
@@ -188,6 +194,7 @@ struct Job {
   const uint32_t* xq;    // bf16 activations, K2 pairs per row (bf16 kernels)
   int64_t K2;
   const float* bias;     // [N] or null
+  const float* res;      // residual [M, N] added to the result, or null
   float* y;              // [M, N]
   bool bf16;
 };
@@ -210,12 +217,13 @@ void run_chunk(const Job& c, int64_t item, float* out, int64_t ldo) {
         const int64_t n0 = p * kLanes;
         float* y = out + m0 * ldo + (p - p0) * kLanes;
         const float* bias = last && c.bias ? c.bias + n0 : nullptr;
+        const float* res = last && c.res ? c.res + m0 * c.N + n0 : nullptr;  // ldo == N (run_chunk_into_y)
         if (c.bf16) {
           kBf16[rm - 1][rn - 1](c.xq + m0 * c.K2, c.K2, c.wb + p * c.K2 * 2 * kLanes, c.K2, k0, k1, pf, y, ldo,
-                                bias, first, c.N - n0);
+                                bias, res, first, c.N - n0);
         } else {
-          kF32[rm - 1][rn - 1](c.x + m0 * c.K, c.K, c.wf + p * c.K * kLanes, c.K, k0, k1, pf, y, ldo, bias, first,
-                               c.N - n0);
+          kF32[rm - 1][rn - 1](c.x + m0 * c.K, c.K, c.wf + p * c.K * kLanes, c.K, k0, k1, pf, y, ldo, bias, res,
+                               first, c.N - n0);
         }
       }
     }
@@ -354,67 +362,105 @@ MSE_AVX512BF16 void pack_activations(const float* x, int64_t M, int64_t K, uint3
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Shape checks shared by the entry points. Returns 0 and fills M, K, N when consistent.
+// Prologues: the activations a fused Linear multiplies, computed per row from its input (so they depend on that
+// row alone, never on M). RMSNorm: a = (x * r) * w with r = 1 / sqrt(sum(x^2) / K + eps), the sum of squares
+// an fma chain per lane (k mod 16) and then hsum's fixed tree. SwiGLU: the input is [gate | up] (2K wide) and
+// a = silu(gate) * up.
 
-int check_shapes(int nparam, int expect, int* ndims, int64_t** shapes, const char** dtypes, int64_t panel_k,
-                 int64_t panel_width, const char* wdtype, bool bias, int64_t* M, int64_t* K, int64_t* N) {
-  if (nparam != expect) return 1;
+using mse::kGlu;
+using mse::kNone;
+using mse::kNorm;
+using mse::Prologue;
+
+MSE_AVX512 void rmsnorm_rows(const float* x, int64_t M, int64_t K, const float* w, float eps, float* a) {
+  for (int64_t i = 0; i < M; ++i) {
+    const float* row = x + i * K;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += kLanes) {
+      const __m512 v = _mm512_maskz_loadu_ps(lane_mask(K - k), row + k);
+      acc = _mm512_fmadd_ps(v, v, acc);
+    }
+    const float r = 1.0f / std::sqrt(mse::hsum(acc) / (float)K + eps);
+    const __m512 rv = _mm512_set1_ps(r);
+    for (int64_t k = 0; k < K; k += kLanes) {
+      const __mmask16 m = lane_mask(K - k);
+      const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + k), rv), _mm512_maskz_loadu_ps(m, w + k));
+      _mm512_mask_storeu_ps(a + i * K + k, m, v);
+    }
+  }
+}
+
+MSE_AVX512 void swiglu_rows(const float* x, int64_t M, int64_t K, float* a) {
+  for (int64_t i = 0; i < M; ++i) {
+    const float* gate = x + i * 2 * K;
+    const float* up = gate + K;
+    for (int64_t k = 0; k < K; k += kLanes) {
+      const __mmask16 m = lane_mask(K - k);
+      const __m512 v = _mm512_mul_ps(mse::silu512(_mm512_maskz_loadu_ps(m, gate + k)), _mm512_maskz_loadu_ps(m, up + k));
+      _mm512_mask_storeu_ps(a + i * K + k, m, v);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// One entry point per variant: (dtype, prologue, bias, residual). Inputs in this order, then the output y:
+//     x f32 [..., Kx]                  Kx = K, or 2K for SwiGLU ([gate | up]); M = the product of the leading dims
+//     W panels                         fp32 [np, K, 16] or bf16 bits int16 [np, ceil(K/2), 32]
+//     bias f32 [N]                     if bias
+//     norm weight f32 [K], eps f32 [1] if RMSNorm
+//     residual f32 [..., N]            if residual: y = residual + (x W + bias); y f32 [..., N], x's leading dims
+// Returns 0, or a nonzero code naming the first inconsistent argument (1 count, 2 rank, 3 dtype, 4-8 shape).
+
+struct Variant {
+  bool bf16;
+  Prologue prologue;
+  bool bias, residual;
+};
+
+bool is_f32(const char* dtype) { return std::strcmp(dtype, "float32") == 0; }
+
+// Whether tensor i has the leading dims of x (tensor 0) and last dim n.
+bool rows_like_x(int i, int64_t n, int* ndims, int64_t** shapes) {
+  if (ndims[i] != ndims[0] || shapes[i][ndims[i] - 1] != n) return false;
+  for (int a = 0; a + 1 < ndims[0]; ++a)
+    if (shapes[i][a] != shapes[0][a]) return false;
+  return true;
+}
+
+int linear(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, const Variant& v) {
+  int next = 2;
+  const int bias_i = v.bias ? next++ : -1;
+  const int norm_i = v.prologue == kNorm ? next++ : -1;
+  const int eps_i = v.prologue == kNorm ? next++ : -1;
+  const int res_i = v.residual ? next++ : -1;
+  if (nparam != next + 1) return 1;
   const int yi = nparam - 1;
-  if (ndims[0] != 2 || ndims[1] != 3 || ndims[yi] != 2) return 2;
-  if (std::strcmp(dtypes[0], "float32") != 0 || std::strcmp(dtypes[yi], "float32") != 0) return 3;
-  if (std::strcmp(dtypes[1], wdtype) != 0) return 3;
-  *M = shapes[0][0];
-  *K = shapes[0][1];
-  *N = shapes[yi][1];
-  if (shapes[yi][0] != *M) return 4;
-  const int64_t np = (*N + kLanes - 1) / kLanes;
-  if (shapes[1][0] != np || shapes[1][1] != panel_k || shapes[1][2] != panel_width)
-    return 5;
-  if (bias && (ndims[2] != 1 || shapes[2][0] != *N || std::strcmp(dtypes[2], "float32") != 0)) return 6;
+  if (ndims[0] < 2 || ndims[1] != 3 || ndims[yi] != ndims[0]) return 2;
+  if (!is_f32(dtypes[0]) || !is_f32(dtypes[yi]) || std::strcmp(dtypes[1], v.bf16 ? "int16" : "float32") != 0)
+    return 3;
+  int64_t M = 1;
+  for (int a = 0; a + 1 < ndims[0]; ++a) M *= shapes[0][a];
+  const int64_t Kx = shapes[0][ndims[0] - 1], N = shapes[yi][ndims[yi] - 1];
+  if (v.prologue == kGlu && Kx % 2 != 0) return 4;
+  const int64_t K = v.prologue == kGlu ? Kx / 2 : Kx, K2 = (K + 1) / 2;
+  const int64_t np = (N + kLanes - 1) / kLanes;
+  if (!rows_like_x(yi, N, ndims, shapes)) return 4;
+  if (shapes[1][0] != np || shapes[1][1] != (v.bf16 ? K2 : K) || shapes[1][2] != (v.bf16 ? 2 : 1) * kLanes) return 5;
+  if (bias_i >= 0 && (ndims[bias_i] != 1 || shapes[bias_i][0] != N || !is_f32(dtypes[bias_i]))) return 6;
+  if (norm_i >= 0 && (ndims[norm_i] != 1 || shapes[norm_i][0] != K || !is_f32(dtypes[norm_i]) ||
+                      ndims[eps_i] != 1 || shapes[eps_i][0] != 1 || !is_f32(dtypes[eps_i])))
+    return 7;
+  if (res_i >= 0 && (!rows_like_x(res_i, N, ndims, shapes) || !is_f32(dtypes[res_i]))) return 8;
+
+  mse::linear_forward({v.bf16, v.prologue, M, K, N, static_cast<const float*>(params[0]), params[1],
+                       bias_i >= 0 ? static_cast<const float*>(params[bias_i]) : nullptr,
+                       norm_i >= 0 ? static_cast<const float*>(params[norm_i]) : nullptr,
+                       eps_i >= 0 ? *static_cast<const float*>(params[eps_i]) : 0.0f,
+                       res_i >= 0 ? static_cast<const float*>(params[res_i]) : nullptr, static_cast<float*>(params[yi])});
   return 0;
 }
 
-int linear_f32(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, bool bias) {
-  int64_t M, K, N;
-  const int64_t K_ = ndims[0] == 2 ? shapes[0][1] : 0;
-  if (int err = check_shapes(nparam, bias ? 4 : 3, ndims, shapes, dtypes, K_, kLanes, "float32", bias, &M, &K, &N))
-    return err;
-  Pool& pool = Pool::get();
-  Job c{};
-  c.M = M, c.K = K, c.N = N, c.np = (N + kLanes - 1) / kLanes;
-  c.chunk = chunk_panels(M, c.np);
-  c.nchunks = M > 0 ? (c.np + c.chunk - 1) / c.chunk : 0;
-  c.x = static_cast<const float*>(params[0]);
-  c.wf = static_cast<const float*>(params[1]);
-  c.bias = bias ? static_cast<const float*>(params[2]) : nullptr;
-  c.y = static_cast<float*>(params[nparam - 1]);
-  pool.run(c);
-  return 0;
-}
-
-int linear_bf16(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, bool bias) {
-  int64_t M, K, N;
-  const int64_t K2 = ndims[0] == 2 ? (shapes[0][1] + 1) / 2 : 0;
-  if (int err = check_shapes(nparam, bias ? 4 : 3, ndims, shapes, dtypes, K2, 2 * kLanes, "int16", bias, &M, &K, &N))
-    return err;
-  thread_local std::vector<uint32_t> xq;
-  xq.resize((size_t)(M * K2));
-  pack_activations(static_cast<const float*>(params[0]), M, K, xq.data(), K2);
-  Pool& pool = Pool::get();
-  Job c{};
-  c.M = M, c.K = K, c.N = N, c.np = (N + kLanes - 1) / kLanes;
-  c.chunk = chunk_panels(M, c.np);
-  c.nchunks = M > 0 ? (c.np + c.chunk - 1) / c.chunk : 0;
-  c.wb = static_cast<const uint16_t*>(params[1]);
-  c.xq = xq.data(), c.K2 = K2;
-  c.bias = bias ? static_cast<const float*>(params[2]) : nullptr;
-  c.y = static_cast<float*>(params[nparam - 1]);
-  c.bf16 = true;
-  pool.run(c);
-  return 0;
-}
-
-// Wall time spent inside the entry points (for benchmarks: the linear share of a forward), and call count.
+// Wall time spent inside linear_forward (for benchmarks: the linear share of a forward), and call count.
 std::atomic<int64_t> g_calls{0}, g_nanos{0};
 
 struct CallTimer {
@@ -428,9 +474,43 @@ struct CallTimer {
 
 }  // namespace
 
+void mse::linear_forward(const LinearCall& call) {
+  CallTimer timer;
+  const int64_t M = call.M, K = call.K, N = call.N, K2 = (K + 1) / 2;
+  const float* a = call.x;
+  thread_local std::vector<float> act;
+  if (call.prologue != kNone) {
+    act.resize((size_t)(M * K));
+    if (call.prologue == kNorm)
+      rmsnorm_rows(a, M, K, call.norm_w, call.eps, act.data());
+    else
+      swiglu_rows(a, M, K, act.data());
+    a = act.data();
+  }
+  Job c{};
+  c.M = M, c.K = K, c.N = N, c.np = (N + kLanes - 1) / kLanes;
+  c.chunk = chunk_panels(M, c.np);
+  c.nchunks = M > 0 ? (c.np + c.chunk - 1) / c.chunk : 0;
+  c.bias = call.bias;
+  c.res = call.res;
+  c.y = call.y;
+  thread_local std::vector<uint32_t> xq;
+  if (call.bf16) {
+    xq.resize((size_t)(M * K2));
+    pack_activations(a, M, K, xq.data(), K2);
+    c.wb = static_cast<const uint16_t*>(call.w);
+    c.xq = xq.data(), c.K2 = K2;
+    c.bf16 = true;
+  } else {
+    c.x = a;
+    c.wf = static_cast<const float*>(call.w);
+  }
+  Pool::get().run(c);
+}
+
 extern "C" {
 
-// Calls and seconds spent in the linear entry points since the last reset (reset = 1 zeroes them after reading).
+// Calls and seconds spent in linear_forward since the last reset (reset = 1 zeroes them after reading).
 int64_t MseKernelStats(double* seconds, int reset) {
   const int64_t calls = reset ? g_calls.exchange(0) : g_calls.load();
   const int64_t nanos = reset ? g_nanos.exchange(0) : g_nanos.load();
@@ -453,21 +533,23 @@ int MseKernelThreads() { return Pool::get().threads(); }
 // Chunks computed by the pool's worker threads since it started.
 int64_t MseKernelWorkerChunks() { return Pool::get().worker_chunks.load(); }
 
-int MseLinearF32(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {
-  CallTimer timer;
-  return linear_f32(nparam, params, ndims, shapes, dtypes, false);
-}
-int MseLinearF32Bias(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {
-  CallTimer timer;
-  return linear_f32(nparam, params, ndims, shapes, dtypes, true);
-}
-int MseLinearBf16(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {
-  CallTimer timer;
-  return linear_bf16(nparam, params, ndims, shapes, dtypes, false);
-}
-int MseLinearBf16Bias(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {
-  CallTimer timer;
-  return linear_bf16(nparam, params, ndims, shapes, dtypes, true);
-}
+// MseLinear{F32,Bf16}[Norm|Glu][Bias][Res]: every variant of ``linear`` above.
+#define MSE_LINEAR_ENTRY(NAME, BF16, PRO, BIAS, RES)                                                        \
+  int NAME(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {    \
+    return linear(nparam, params, ndims, shapes, dtypes, Variant{BF16, PRO, BIAS, RES});                     \
+  }
+#define MSE_LINEAR_DTYPES(PRO_NAME, PRO, BIAS_NAME, BIAS, RES_NAME, RES)                    \
+  MSE_LINEAR_ENTRY(MseLinearF32##PRO_NAME##BIAS_NAME##RES_NAME, false, PRO, BIAS, RES)     \
+  MSE_LINEAR_ENTRY(MseLinearBf16##PRO_NAME##BIAS_NAME##RES_NAME, true, PRO, BIAS, RES)
+#define MSE_LINEAR_RES(PRO_NAME, PRO, BIAS_NAME, BIAS)      \
+  MSE_LINEAR_DTYPES(PRO_NAME, PRO, BIAS_NAME, BIAS, , false) \
+  MSE_LINEAR_DTYPES(PRO_NAME, PRO, BIAS_NAME, BIAS, Res, true)
+#define MSE_LINEAR_BIAS(PRO_NAME, PRO)        \
+  MSE_LINEAR_RES(PRO_NAME, PRO, , false)      \
+  MSE_LINEAR_RES(PRO_NAME, PRO, Bias, true)
+
+MSE_LINEAR_BIAS(, kNone)
+MSE_LINEAR_BIAS(Norm, kNorm)
+MSE_LINEAR_BIAS(Glu, kGlu)
 
 }  // extern "C"

@@ -6,6 +6,12 @@ packed so a forgotten packing step cannot pass for a result) and calls the AOT C
 and before the first graph runs (``pack_weights``), because a Parameter whose data is replaced after a graph
 ran is silently detached from it.
 
+Fused variants (fewer MindSpore ops per decoder layer; each a different entry point of linear.cc on the same
+packed weight): the RMSNorm of the input taken inside the kernel (``norm_weight`` given at the call), a
+residual added to the result (``residual`` given), and the SwiGLU of a ``[gate | up]`` input (built with
+``glu=True``: the down projection of the MLP). Which variant a call uses is decided by which optional inputs
+it passes, a compile-time constant in graph mode: one Cell, one packed weight, several Custom primitives.
+
 Who packs what: every Cell with a ``pack_kernel()`` method packs its own kernels from its own weights
 (``Linear`` from ``weight``, the teacher's tied LM head from the embedding table). ``pack_weights(root)``
 calls them all; ``Teacher.load`` and ``Eagle3DraftHead.load`` do so after ``load_strict``.
@@ -23,8 +29,14 @@ from . import build
 from .choice import CUSTOM, MINDSPORE, MatmulChoice
 from .layout import pack_bf16, pack_f32, packed_shape
 
-_FUNCS = {("float32", False): "MseLinearF32", ("float32", True): "MseLinearF32Bias",
-          ("bfloat16", False): "MseLinearBf16", ("bfloat16", True): "MseLinearBf16Bias"}
+
+
+def entry_point(dtype: str, prologue: str, bias: bool, residual: bool) -> str:
+    """linear.cc's entry point of one variant: ``MseLinear{F32,Bf16}[Norm|Glu][Bias][Res]``.
+
+    Example: ``entry_point("bfloat16", "rmsnorm", False, True) == "MseLinearBf16NormRes"``."""
+    pro = {"none": "", "rmsnorm": "Norm", "swiglu": "Glu"}[prologue]
+    return f"MseLinear{'Bf16' if dtype == 'bfloat16' else 'F32'}{pro}{'Bias' if bias else ''}{'Res' if residual else ''}"
 
 
 def kernel_status(dtype: str):
@@ -64,22 +76,33 @@ def matmul_for(runtime) -> MatmulChoice:
 
 
 class LinearKernel(nn.Cell):
-    """``construct(x [M, K], bias [N] | None) -> [M, N]`` on the packed copy of a ``[K, N]`` weight.
+    """``construct(x, bias=None, norm_weight=None, residual=None) -> y [..., N]`` on the packed copy of a
+    ``[K, N]`` weight: ``y = residual + (a @ W + bias)`` with ``a`` the kernel's activations of ``x``:
 
+        glu=False, norm_weight None:  a = x                                        x [..., K]
+        glu=False, norm_weight [K]:   a = x * rsqrt(mean(x^2) + norm_eps) * norm_weight   (RMSNorm)
+        glu=True:                     a = silu(x[..., :K]) * x[..., K:]            x [..., 2K] = [gate | up]
+
+    ``x`` has any leading dims (rows = their product); ``y`` and ``residual`` have the same ones.
     ``transposed``: the weight handed to ``pack`` is stored ``[N, K]`` (the tied LM head's embedding table).
     ``bias``: whether ``construct`` receives a bias (added inside the kernel, after the K reduction).
+    ``residual`` (optional ``[M, N]``) is added last. Every variant keeps the batch invariance of the plain
+    kernel: the activations of a row depend on that row only.
     """
 
-    def __init__(self, in_features: int, out_features: int, dtype: str, bias: bool = False, transposed: bool = False):
+    def __init__(self, in_features: int, out_features: int, dtype: str, bias: bool = False, transposed: bool = False,
+                 glu: bool = False, norm_eps: float | None = None):
         super().__init__()
         if in_features < 1 or out_features < 1:
             raise ConfigError(f"LinearKernel({in_features}, {out_features}): both sizes must be >= 1")
+        if glu and norm_eps is not None:
+            raise ConfigError("LinearKernel: a SwiGLU input takes no RMSNorm (glu=True with norm_eps)")
         status = kernel_status(dtype)
         if status.library is None:
             raise ConfigError(f"MatmulChoice(backend='custom', dtype={dtype!r}) cannot run here: {status.reason} "
                               "(kernels.select_matmul falls back to MindSpore's MatMul)")
         self.in_features, self.out_features = in_features, out_features
-        self.dtype, self.has_bias, self.transposed = dtype, bias, transposed
+        self.dtype, self.has_bias, self.transposed, self.glu = dtype, bias, transposed, glu
         shape = packed_shape(in_features, out_features, dtype)
         # NaN until packed: fp32 NaN, or the bf16 NaN pattern 0x7FC0 in int16 bits
         init = np.full(shape, 0x7FC0, np.int16) if dtype == "bfloat16" else np.full(shape, np.nan, np.float32)
@@ -87,14 +110,24 @@ class LinearKernel(nn.Cell):
         self.packed = False  # host flag, set by pack()
         n = out_features
 
-        def infer_shape(x, w, *bias_shape):
-            return [x[0], n]
+        def infer_shape(x, *rest):
+            return list(x[:-1]) + [n]
 
-        def infer_dtype(x, w, *bias_dtype):
+        def infer_dtype(x, *rest):
             return x
 
-        self.op = ops.Custom(status.library.symbol(_FUNCS[(dtype, bias)]), out_shape=infer_shape,
-                             out_dtype=infer_dtype, func_type="aot")
+        def op(prologue: str, residual: bool):
+            return ops.Custom(status.library.symbol(entry_point(dtype, prologue, bias, residual)),
+                              out_shape=infer_shape, out_dtype=infer_dtype, func_type="aot")
+
+        first = "swiglu" if glu else "none"
+        self.op = op(first, False)
+        self.op_res = op(first, True)
+        self.has_norm = norm_eps is not None
+        if self.has_norm:
+            self.eps = Tensor(np.array([norm_eps], np.float32))
+            self.op_norm = op("rmsnorm", False)
+            self.op_norm_res = op("rmsnorm", True)
 
     def pack(self, weight: np.ndarray) -> None:
         """Fill the packed copy from ``weight`` (``[K, N]``, or ``[N, K]`` when ``transposed``)."""
@@ -105,10 +138,17 @@ class LinearKernel(nn.Cell):
         self.packed_weight.set_data(Tensor(fn(weight, self.transposed)))
         self.packed = True
 
-    def construct(self, x, bias):
+    def construct(self, x, bias=None, norm_weight=None, residual=None):
+        args = (x, self.packed_weight)
         if self.has_bias:
-            return self.op(x, self.packed_weight, bias)
-        return self.op(x, self.packed_weight)
+            args = args + (bias,)
+        if norm_weight is None:
+            if residual is None:
+                return self.op(*args)
+            return self.op_res(*(args + (residual,)))
+        if residual is None:
+            return self.op_norm(*(args + (norm_weight, self.eps)))
+        return self.op_norm_res(*(args + (norm_weight, self.eps, residual)))
 
 
 def pack_weights(root: nn.Cell) -> int:
@@ -128,4 +168,4 @@ def check_packed(root: nn.Cell) -> None:
                           "kernels.pack_weights(model) after loading the weights and before the first forward")
 
 
-__all__ = ["LinearKernel", "check_packed", "kernel_status", "matmul_for", "pack_weights", "select_matmul"]
+__all__ = ["LinearKernel", "entry_point", "check_packed", "kernel_status", "matmul_for", "pack_weights", "select_matmul"]

@@ -49,11 +49,7 @@ class Eagle3Attention(CachedAttention):
 
     def __init__(self, cfg: DraftConfig, batch_size: int, max_len: int, attention: AttentionChoice,
                  matmul: MatmulChoice | None = None):
-        super().__init__(cfg, batch_size, max_len, attention, matmul)
-        two_h, d = 2 * cfg.hidden_size, cfg.head_dim
-        self.q_proj = Linear(two_h, cfg.num_heads * d, cfg.attention_bias, matmul)
-        self.k_proj = Linear(two_h, cfg.num_kv_heads * d, cfg.attention_bias, matmul)
-        self.v_proj = Linear(two_h, cfg.num_kv_heads * d, cfg.attention_bias, matmul)
+        super().__init__(cfg, batch_size, max_len, attention, matmul, in_features=2 * cfg.hidden_size)
 
 
 class Eagle3DecoderLayer(nn.Cell):
@@ -66,12 +62,12 @@ class Eagle3DecoderLayer(nn.Cell):
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = Eagle3Attention(cfg, batch_size, max_len, attention, matmul)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, matmul)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, matmul, cfg.rms_norm_eps)
 
     def construct(self, embeds, hidden, cos, sin, mask, write_idx):
         x = ops.concat((self.input_layernorm(embeds), self.hidden_norm(hidden)), -1)  # [B, T, 2H]
-        h = hidden + self.self_attn(x, cos, sin, mask, write_idx)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        h = self.self_attn(x, cos, sin, mask, write_idx, None, hidden)  # hidden + attn(x)
+        return self.mlp(h, self.post_attention_layernorm.weight, h)  # h + mlp(post_attention_layernorm(h))
 
 
 class Eagle3DraftHead(nn.Cell):

@@ -8,6 +8,18 @@ batch-invariant kernel of ``mindspore_eagle.kernels`` on a packed copy of the we
 
 Parameter names mirror HuggingFace (``self_attn.q_proj.weight`` ...) so a checkpoint maps onto this model
 by name; only the orientation of Linear weights differs (transposed by the converter).
+
+Two implementations, one interface. ``CachedAttention`` and ``SwiGLU`` take an optional ``norm_weight`` (the
+RMSNorm of their input is then theirs to take) and an optional ``residual`` (added to their output), so a
+decoder layer is ``x = attn(x, ..., norm_weight=w1, residual=x); x = mlp(x, norm_weight=w2, residual=x)``:
+
+* primitive path (``MatmulChoice`` "mindspore", or the Ascend fused attention core): MindSpore ops, exactly the
+  ops of ``x + attn(rms_norm(x))`` -- the reference, the trainer's path (it has gradients) and Ascend's;
+* fused CPU path (a custom ``MatmulChoice`` with the reference attention backend): per decoder layer five
+  AOT kernels instead of ~45 ops -- RMSNorm + q/k/v in one linear kernel, RoPE + in-place K/V write + masked
+  attention over the visible rows in one (``kernels.TreeAttentionKernel``), o_proj + residual, RMSNorm +
+  gate|up, SwiGLU + down + residual. The Linears keep the checkpoint weights (same names); the kernels hold
+  packed copies of the concatenated weights (``pack_kernel``). Batch invariant like the linear kernels.
 """
 
 from __future__ import annotations
@@ -21,7 +33,7 @@ from mindspore import Parameter, Tensor, nn, ops
 from .. import attention
 from ..config import RopeScaling, TeacherConfig
 from ..errors import ConfigError
-from ..kernels import LinearKernel, MatmulChoice
+from ..kernels import LinearKernel, MatmulChoice, TreeAttentionKernel, fused_attention_supported
 
 
 class Linear(nn.Cell):
@@ -49,16 +61,14 @@ class Linear(nn.Cell):
             self.kernel.pack(self.weight.asnumpy())
 
     def construct(self, x):
+        if self.custom and self.has_bias:  # the kernel takes any leading dims
+            return self.kernel(x, self.bias)
+        if self.custom:
+            return self.kernel(x, None)
         lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.in_features)  # [prod(lead), in]
-        if self.custom and self.has_bias:
-            y = self.kernel(x2, self.bias)
-        elif self.custom:
-            y = self.kernel(x2, None)
-        else:
-            y = self.matmul(x2, self.weight)  # [prod(lead), out]
-            if self.has_bias:
-                y = y + self.bias
+        y = self.matmul(x.reshape(-1, self.in_features), self.weight)  # [prod(lead), out]
+        if self.has_bias:
+            y = y + self.bias
         return y.reshape(lead + (self.out_features,))
 
 
@@ -73,8 +83,14 @@ class Embedding(nn.Cell):
         return ops.gather(self.weight, ids, 0)
 
 
+def rms_norm(x, weight, eps: float):
+    """``x / sqrt(mean(x^2) + eps) * weight`` (Llama's RMSNorm, computed in fp32), from primitives."""
+    var = ops.mean(ops.square(x), -1, keep_dims=True)
+    return x * ops.rsqrt(var + eps) * weight
+
+
 class RMSNorm(nn.Cell):
-    """``x / sqrt(mean(x^2) + eps) * weight`` (Llama's RMSNorm, computed in fp32)."""
+    """``rms_norm(x, weight, eps)`` with its own weight Parameter."""
 
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -82,8 +98,7 @@ class RMSNorm(nn.Cell):
         self.eps = eps
 
     def construct(self, x):
-        var = ops.mean(ops.square(x), -1, keep_dims=True)
-        return x * ops.rsqrt(var + self.eps) * self.weight
+        return rms_norm(x, self.weight, self.eps)
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling | None) -> np.ndarray:
@@ -124,37 +139,86 @@ def apply_rope(x, cos, sin):
     return x * cos + rotated * sin
 
 
+def uses_fused_kernels(choice: attention.AttentionChoice, matmul: MatmulChoice | None, head_dim: int) -> bool:
+    """The fused CPU path of ``CachedAttention``: custom linear kernels requested, the reference (CPU) attention
+    backend, and a head size the attention kernel takes (a multiple of 16)."""
+    return (matmul is not None and matmul.custom and choice.backend == attention.REFERENCE
+            and fused_attention_supported(head_dim))
+
+
 class CachedAttention(nn.Cell):
     """Grouped-query attention over a static KV cache owned by this cell.
 
-    The cache is two ``Parameter`` buffers ``[B, kv_heads, max_len, head_dim]``. A forward first scatters
-    the new keys/values into the rows given by ``write_idx`` and then attends over the *whole* buffer; the
+    The cache is two ``Parameter`` buffers ``[B, kv_heads, max_len, head_dim]``. A forward first writes the new
+    keys/values into the rows given by ``write_idx`` and then attends over the buffer; the
     ``mask [B, 1, T, max_len]`` (additive float32, see ``tree.mask``) decides which rows each query sees
     (committed prefix, its own tree ancestors, itself), so stale or speculative rows never leak in.
 
-    The attention itself is the core of ``attention`` (an ``attention.AttentionChoice``, given by the builder:
-    primitives on CPU, the fused op on Ascend). The cache dtype is the core's (float32 for the reference core).
+    ``construct(x, cos, sin, mask, write_idx, norm_weight=None, residual=None)`` returns
+    ``residual + o_proj(attention(rms_norm(x, norm_weight)))``, each part only when given.
+
+    Primitive path: the attention is the core of ``attention`` (an ``attention.AttentionChoice``, given by the
+    builder: primitives on CPU, the fused op on Ascend), the new rows are scattered with ``ScatterNdUpdate``
+    (a whole-buffer copy on CPU) and the core reads the whole buffer. The cache dtype is the core's (float32
+    for the reference core). Fused CPU path (``uses_fused_kernels``): three kernels, see the module docstring;
+    the attention kernel writes only the new rows and reads only each query's visible rows.
+    ``in_features``: the projections' input width (default ``hidden_size``; the EAGLE-3 head reads 2H).
     """
 
     def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int,
-                 choice: attention.AttentionChoice = attention.AttentionChoice(), matmul: MatmulChoice | None = None):
+                 choice: attention.AttentionChoice = attention.AttentionChoice(), matmul: MatmulChoice | None = None,
+                 in_features: int | None = None):
         super().__init__()
-        h, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self.num_heads, self.num_kv_heads, self.head_dim = h, hkv, d
-        self.q_proj = Linear(cfg.hidden_size, h * d, cfg.qkv_bias, matmul)
-        self.k_proj = Linear(cfg.hidden_size, hkv * d, cfg.qkv_bias, matmul)
-        self.v_proj = Linear(cfg.hidden_size, hkv * d, cfg.qkv_bias, matmul)
-        self.o_proj = Linear(h * d, cfg.hidden_size, cfg.o_bias, matmul)
         if not isinstance(choice, attention.AttentionChoice):
             raise ConfigError(f"CachedAttention: attention choice must be an AttentionChoice, got {choice!r}")
-        self.core = attention.make_core(h, hkv, d, choice)
+        h, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        width = in_features or cfg.hidden_size
+        self.num_heads, self.num_kv_heads, self.head_dim = h, hkv, d
+        self.eps = cfg.rms_norm_eps
+        self.fused = uses_fused_kernels(choice, matmul, d)
+        linear_choice = None if self.fused else matmul  # fused: the Linears only hold the checkpoint weights
+        self.q_proj = Linear(width, h * d, cfg.qkv_bias, linear_choice)
+        self.k_proj = Linear(width, hkv * d, cfg.qkv_bias, linear_choice)
+        self.v_proj = Linear(width, hkv * d, cfg.qkv_bias, linear_choice)
+        self.o_proj = Linear(h * d, cfg.hidden_size, cfg.o_bias, linear_choice)
+        self.qkv_bias, self.o_bias = cfg.qkv_bias, cfg.o_bias
+        if self.fused:
+            self.qkv_kernel = LinearKernel(width, (h + 2 * hkv) * d, matmul.dtype, cfg.qkv_bias,
+                                           norm_eps=cfg.rms_norm_eps)
+            self.attention_kernel = TreeAttentionKernel(h, hkv, d)
+            self.o_kernel = LinearKernel(h * d, cfg.hidden_size, matmul.dtype, cfg.o_bias)
+        else:
+            self.core = attention.make_core(h, hkv, d, choice)
         self.cast_kv = choice.backend != attention.REFERENCE  # the fused core's cache is fp16/bf16
         self.kv_dtype = attention.cache_dtype(choice)
         shape = (batch_size, hkv, max_len, d)
         self.k_cache = Parameter(attention.zeros_cache(shape, choice), name="k_cache", requires_grad=False)
         self.v_cache = Parameter(attention.zeros_cache(shape, choice), name="v_cache", requires_grad=False)
 
-    def construct(self, x, cos, sin, mask, write_idx):
+    def pack_kernel(self) -> None:
+        """Pack the fused kernels from the checkpoint weights: q|k|v concatenated along the outputs, and o_proj."""
+        if self.fused:
+            qkv = np.concatenate([p.weight.asnumpy() for p in (self.q_proj, self.k_proj, self.v_proj)], 1)
+            self.qkv_kernel.pack(qkv)  # [in, (H + 2 Hkv) D]
+            self.o_kernel.pack(self.o_proj.weight.asnumpy())
+
+    def construct(self, x, cos, sin, mask, write_idx, norm_weight=None, residual=None):
+        if self.fused:
+            return self._fused(x, cos, sin, mask, write_idx, norm_weight, residual)
+        if norm_weight is not None:
+            x = rms_norm(x, norm_weight, self.eps)
+        out = self._primitive(x, cos, sin, mask, write_idx)
+        return out if residual is None else residual + out
+
+    def _fused(self, x, cos, sin, mask, write_idx, norm_weight, residual):
+        bias = None
+        if self.qkv_bias:
+            bias = ops.concat((self.q_proj.bias, self.k_proj.bias, self.v_proj.bias))
+        qkv = self.qkv_kernel(x, bias, norm_weight)  # [B, T, (H + 2 Hkv) D]
+        out = self.attention_kernel(qkv, cos, sin, mask, write_idx, self.k_cache, self.v_cache)  # [B, T, H D]
+        return self.o_kernel(out, self.o_proj.bias if self.o_bias else None, None, residual)  # [B, T, hidden]
+
+    def _primitive(self, x, cos, sin, mask, write_idx):
         b, t, _ = x.shape
         q = self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim).transpose(0, 2, 1, 3)  # [B, H, T, D]
         k = self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim).transpose(0, 2, 1, 3)  # [B, Hkv, T, D]
@@ -172,16 +236,38 @@ class CachedAttention(nn.Cell):
 
 
 class SwiGLU(nn.Cell):
-    """``down(silu(gate(x)) * up(x))``."""
+    """``construct(x, norm_weight=None, residual=None) = residual + down(silu(gate(a)) * up(a))`` with
+    ``a = rms_norm(x, norm_weight, eps)`` (each part only when given).
 
-    def __init__(self, hidden: int, intermediate: int, matmul: MatmulChoice | None = None):
+    With a custom ``matmul`` two kernels: RMSNorm + gate|up (one weight ``[hidden, 2 * intermediate]``), then
+    SwiGLU + down + residual; the Linears keep the checkpoint weights."""
+
+    def __init__(self, hidden: int, intermediate: int, matmul: MatmulChoice | None = None, eps: float = 1e-6):
         super().__init__()
-        self.gate_proj = Linear(hidden, intermediate, matmul=matmul)
-        self.up_proj = Linear(hidden, intermediate, matmul=matmul)
-        self.down_proj = Linear(intermediate, hidden, matmul=matmul)
+        self.fused = matmul is not None and matmul.custom
+        linear_choice = None if self.fused else matmul
+        self.gate_proj = Linear(hidden, intermediate, matmul=linear_choice)
+        self.up_proj = Linear(hidden, intermediate, matmul=linear_choice)
+        self.down_proj = Linear(intermediate, hidden, matmul=linear_choice)
+        self.eps = eps
+        if self.fused:
+            self.gate_up_kernel = LinearKernel(hidden, 2 * intermediate, matmul.dtype, norm_eps=eps)
+            self.down_kernel = LinearKernel(intermediate, hidden, matmul.dtype, glu=True)
 
-    def construct(self, x):
-        return self.down_proj(ops.silu(self.gate_proj(x)) * self.up_proj(x))
+    def pack_kernel(self) -> None:
+        """Pack gate|up concatenated along the outputs, and down (which reads their SwiGLU)."""
+        if self.fused:
+            self.gate_up_kernel.pack(np.concatenate([self.gate_proj.weight.asnumpy(), self.up_proj.weight.asnumpy()], 1))
+            self.down_kernel.pack(self.down_proj.weight.asnumpy())
+
+    def construct(self, x, norm_weight=None, residual=None):
+        if self.fused:
+            gate_up = self.gate_up_kernel(x, None, norm_weight)  # [..., 2 * intermediate]
+            return self.down_kernel(gate_up, None, None, residual)
+        if norm_weight is not None:
+            x = rms_norm(x, norm_weight, self.eps)
+        out = self.down_proj(ops.silu(self.gate_proj(x)) * self.up_proj(x))
+        return out if residual is None else residual + out
 
 
 def write_index(cache_rows, num_kv_heads: int):

@@ -15,7 +15,7 @@ from mindspore import Tensor, nn, ops
 
 from ..attention import AttentionChoice
 from ..config import TeacherConfig
-from ..kernels import LinearKernel, MatmulChoice
+from ..kernels import DecoderLayerKernel, LinearKernel, MatmulChoice, fused_layer_supported
 from .layers import CachedAttention, Embedding, Linear, RMSNorm, SwiGLU, rope_tables, write_index
 
 
@@ -26,11 +26,25 @@ class DecoderLayer(nn.Cell):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = CachedAttention(cfg, batch_size, max_len, attention, matmul)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, matmul)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, matmul, cfg.rms_norm_eps)
+        # fused CPU path: the sub-cells' five kernels as one op (they hold the packed weights it reads)
+        self.fused = (self.self_attn.fused and self.mlp.fused
+                      and fused_layer_supported(cfg.hidden_size, cfg.intermediate_size, cfg.head_dim))
+        if self.fused:
+            self.kernel = DecoderLayerKernel(matmul.dtype, cfg.qkv_bias, cfg.o_bias, cfg.rms_norm_eps)
 
     def construct(self, x, cos, sin, mask, write_idx):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, write_idx)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        if self.fused:
+            a, m = self.self_attn, self.mlp
+            qkv_bias = ops.concat((a.q_proj.bias, a.k_proj.bias, a.v_proj.bias)) if a.qkv_bias else None
+            return self.kernel(x, self.input_layernorm.weight, a.qkv_kernel.packed_weight, qkv_bias, cos, sin, mask,
+                               write_idx, a.k_cache, a.v_cache, a.o_kernel.packed_weight,
+                               a.o_proj.bias if a.o_bias else None, self.post_attention_layernorm.weight,
+                               m.gate_up_kernel.packed_weight, m.down_kernel.packed_weight)
+        # x + attn(input_layernorm(x)), then x + mlp(post_attention_layernorm(x)); the sub-cells take the norm and
+        # the residual (inside their kernels when they are fused)
+        x = self.self_attn(x, cos, sin, mask, write_idx, self.input_layernorm.weight, x)
+        return self.mlp(x, self.post_attention_layernorm.weight, x)
 
 
 class PanguModel(nn.Cell):
@@ -68,8 +82,9 @@ class PanguForCausalLM(nn.Cell):
         self.tied = cfg.tie_word_embeddings
         self.logits_matmul = ops.MatMul(transpose_b=True)
         self.tied_custom = self.tied and matmul is not None and matmul.custom
-        if self.tied_custom:  # logits = h @ embed_tokens.weight^T on a packed copy of the table
-            self.tied_kernel = LinearKernel(cfg.hidden_size, cfg.vocab_size, matmul.dtype, transposed=True)
+        if self.tied_custom:  # logits = norm(x) @ embed_tokens.weight^T on a packed copy of the table, norm inside
+            self.tied_kernel = LinearKernel(cfg.hidden_size, cfg.vocab_size, matmul.dtype, transposed=True,
+                                            norm_eps=cfg.rms_norm_eps)
         n_pos = max(cfg.max_position_embeddings, max_len)
         cos, sin = rope_tables(cfg, n_pos)
         self.cos_table = Tensor(cos)  # [P, D] constants, gathered by position
@@ -88,11 +103,10 @@ class PanguForCausalLM(nn.Cell):
             inputs = inputs + (x,)
             x = layer(x, cos, sin, mask, write_idx)
         taps = tuple(inputs[i] for i in self.aux_ids)  # in aux_layer_ids order, repeats allowed
-        h = self.model.norm(x)
-        h2 = h.reshape(b * t, -1)
-        if self.tied_custom:
-            logits = self.tied_kernel(h2, None)
-        elif self.tied:
+        if self.tied_custom:  # [B, T, vocab] straight from the kernel (a reshape of its output would be a copy)
+            return self.tied_kernel(x, None, self.model.norm.weight), ops.concat(taps, -1)
+        h2 = self.model.norm(x).reshape(b * t, -1)
+        if self.tied:
             logits = self.logits_matmul(h2, self.model.embed_tokens.weight)
         else:
             logits = self.lm_head(h2)
