@@ -27,13 +27,13 @@ demo: model
 
 # Default suite (CI): everything not marked slow. MSE_REQUIRE_DEFAULT_MODEL turns a missing model into a failure.
 test: model
-	MSE_REQUIRE_DEFAULT_MODEL=1 MSE_REQUIRE_EVAL_DATA=1 $(BIN)/python -m pytest -q -m "not slow" tests
+	MSE_REQUIRE_DEFAULT_MODEL=1 MSE_REQUIRE_EVAL_DATA=1 $(BIN)/python -m pytest -q -m "not slow" --ignore=tests/mindformers tests
 
 test-slow: model
-	MSE_REQUIRE_DEFAULT_MODEL=1 MSE_REQUIRE_EVAL_DATA=1 $(BIN)/python -m pytest -q -m slow tests
+	MSE_REQUIRE_DEFAULT_MODEL=1 MSE_REQUIRE_EVAL_DATA=1 $(BIN)/python -m pytest -q -m slow --ignore=tests/mindformers tests
 
 test-all: model
-	MSE_REQUIRE_DEFAULT_MODEL=1 MSE_REQUIRE_EVAL_DATA=1 $(BIN)/python -m pytest -q tests
+	MSE_REQUIRE_DEFAULT_MODEL=1 MSE_REQUIRE_EVAL_DATA=1 $(BIN)/python -m pytest -q --ignore=tests/mindformers tests
 
 bench: model
 	$(BIN)/python scripts/bench_greedy.py

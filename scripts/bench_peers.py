@@ -6,8 +6,8 @@ and the same input ids (our chat template and tokenizer, ``Tokenizer.encode_chat
 prompts transformers' own chat template gives the same ids):
 
 * ``ours greedy`` / ``ours spec``: the CLI's own parser and builder (so the shipped head, the CLI's default drafting
-  and, once it exists, its ``--dtype``), then ``harness.warm_up`` and ``harness.compare`` per prompt: the path of
-  ``mindspore-eagle bench``. fp32; the bf16 rows say why they did not run while the CLI has no ``--dtype``.
+  and its ``--dtype``), then ``harness.warm_up`` and ``harness.compare`` per prompt: the path of
+  ``mindspore-eagle bench``, in fp32 and in bf16.
 * ``hf greedy``: transformers ``generate(do_sample=False)`` on the GGUF loaded in fp32 (cast for bf16).
 * ``hf pld K``: transformers prompt-lookup decoding, ``generate(prompt_lookup_num_tokens=K)``, greedy.
 * ``eagle``: SafeAILab/EAGLE's reference ``EaModel.eagenerate`` with our shipped head, from a patched copy of its
@@ -407,13 +407,7 @@ class OursSystem:
         self.rows = [f"ours greedy {dtype}", f"ours spec {dtype}"]
         argv = ["bench", "--max-new-tokens", str(self.m), *req.get("ours_flags", [])]
         parser = cli.build_parser()
-        try:
-            args = parser.parse_args([*argv, "--dtype", dtype])
-        except SystemExit:
-            if dtype != "float32":
-                raise NotRun(f"`mindspore-eagle bench` has no --dtype option yet (needed for {dtype}); run again once "
-                             "it lands") from None
-            args = parser.parse_args(argv)  # fp32 is the only precision of a CLI without --dtype
+        args = parser.parse_args([*argv, "--dtype", dtype])
         self.stack = cli._build(args)
         if set(self.stack.eos) != set(req["eos"]):
             raise RuntimeError(f"end-of-turn ids differ: the builder's {self.stack.eos} vs the request's {req['eos']}")
