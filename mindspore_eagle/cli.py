@@ -23,6 +23,7 @@ from .errors import EagleError
 # The drafting the CLI uses unless told otherwise (the best combination of the drafting ablation, README "Results").
 DEFAULT_PROPOSER = "hybrid"
 DEFAULT_BUDGET_MODE = "adaptive"
+DEFAULT_TREE = (8, 2, 4)  # max nodes, depth, top-k: the best of results/ablate-drafting (hybrid, adaptive)
 
 
 def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
@@ -44,9 +45,13 @@ def _add_spec_flags(p: argparse.ArgumentParser) -> None:
                    help="EAGLE-3 head directory (converted or public format; default: the shipped head for the "
                         "default teacher); bench and eval also accept 'oracle' (the teacher's own future tokens: a "
                         "ceiling) and 'wrong' (never accepted: a floor)")
-    p.add_argument("--max-nodes", type=int, default=32, help="tree budget: nodes per tree, root included")
-    p.add_argument("--depth", type=int, default=6, help="tree budget: deepest draft level")
-    p.add_argument("--top-k", type=int, default=8, help="tree budget: children per expanded node")
+    p.add_argument("--max-nodes", type=int, default=DEFAULT_TREE[0],
+                   help="tree budget: nodes per tree, root included (with --budget adaptive: per head growth; the "
+                        f"step may verify more suffix nodes) (default {DEFAULT_TREE[0]})")
+    p.add_argument("--depth", type=int, default=DEFAULT_TREE[1],
+                   help=f"tree budget: deepest draft level (default {DEFAULT_TREE[1]})")
+    p.add_argument("--top-k", type=int, default=DEFAULT_TREE[2],
+                   help=f"tree budget: children per expanded node (default {DEFAULT_TREE[2]})")
     p.add_argument("--window", type=int, default=None, help="draft context window (ablation; default: full)")
     p.add_argument("--proposer", choices=["eagle", "suffix", "hybrid"], default=DEFAULT_PROPOSER,
                    help="draft source: the EAGLE-3 head, model-free suffix matches over the conversation, or both in "

@@ -417,3 +417,4 @@ def add_variant_flags(ap) -> None:
     ap.add_argument("--subset", default="all", choices=["all", "mtbench", "humaneval"])
     ap.add_argument("--eval-set", default=None)
     ap.add_argument("--max-cache-len", type=int, default=1024)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")

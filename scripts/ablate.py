@@ -3,9 +3,9 @@
     .venv/bin/python scripts/ablate.py --out results/ablate [--what drafting,window,exec] [--limit 24]
         [--windows 16,32,64,128] [--exec-limit 4 --exec-max-new-tokens 32] [--draft HEAD_DIR] [--model DIR]
 
-drafting  ``--proposer eagle|suffix|hybrid`` x ``--budget fixed|adaptive`` (``DRAFTING``), plus EAGLE-only at the
-        sweet spot of the tree-budget sweep (8 nodes / depth 2 / top-k 4): which source to draft from, and whether a
-        per-step budget beats a fixed one. Per variant also the share of accepted drafts that came from the suffix.
+drafting  ``--proposer eagle|suffix|hybrid`` x ``--budget fixed|adaptive`` (``DRAFTING``), plus EAGLE-only and
+        hybrid at the sweet spot of the tree-budget sweep (8 nodes / depth 2 / top-k 4): which source to draft from,
+        and whether a per-step budget beats a fixed one (variant names hold no '/': they name directories). Per variant also the share of accepted drafts that came from the suffix.
 
 window  the draft attends to its last W context entries only (``Eagle3Proposer(window=W)``) vs the full
         context. The claim under test: truncating the draft's context hurts acceptance (tau) and speed.
@@ -31,9 +31,10 @@ from mindspore_eagle.report import plot_bars, write_table
 COLUMNS = ("variant", "turns", "lossless_turns", "tau", "speedup_mean", "speedup_p50", "speedup_p90",
            "speedup_p99", "tok_s_greedy", "tok_s_spec", "suffix_share")
 TITLES = {"drafting": "drafting: proposer x budget", "window": "draft context window", "exec": "execution mode"}
-DRAFTING = (("eagle-fixed", "eagle", "fixed", None), ("eagle-fixed-8/2/4", "eagle", "fixed", (8, 2, 4)),
+DRAFTING = (("eagle-fixed", "eagle", "fixed", None), ("eagle-fixed-8-2-4", "eagle", "fixed", (8, 2, 4)),
             ("suffix-fixed", "suffix", "fixed", None), ("suffix-adaptive", "suffix", "adaptive", None),
-            ("hybrid-fixed", "hybrid", "fixed", None), ("hybrid-adaptive", "hybrid", "adaptive", None))
+            ("hybrid-fixed", "hybrid", "fixed", None), ("hybrid-fixed-8-2-4", "hybrid", "fixed", (8, 2, 4)),
+            ("hybrid-adaptive", "hybrid", "adaptive", None), ("hybrid-adaptive-8-2-4", "hybrid", "adaptive", (8, 2, 4)))
 
 
 def main(argv=None) -> int:
@@ -46,7 +47,6 @@ def main(argv=None) -> int:
     ap.add_argument("--max-nodes", type=int, default=16)
     ap.add_argument("--depth", type=int, default=5)
     ap.add_argument("--top-k", type=int, default=4)
-    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     args = ap.parse_args(argv)
     what = [w for w in args.what.split(",") if w]
     unknown = sorted(set(what) - set(TITLES))

@@ -1,7 +1,8 @@
 """Tree-budget sweep: speedup and tau over a grid of max nodes x depth x top-k, and the sweet spot on this machine.
 
     .venv/bin/python scripts/sweep_budget.py --out results/sweep_budget [--limit 24 --max-new-tokens 128]
-        [--max-nodes 8,16,32,64 --depths 2,4,6,8 --top-ks 4,8] [--draft HEAD_DIR|oracle] [--model DIR]
+        [--max-nodes 8,16,32,64 --depths 2,4,6,8 --top-ks 4,8] [--proposer eagle|suffix|hybrid]
+        [--budget fixed|adaptive] [--dtype float32|bfloat16] [--draft HEAD_DIR|oracle] [--model DIR]
 
 Every grid point is one ``mindspore-eagle eval`` configuration run in this process (one teacher, compiled
 once) on ``--limit`` turns (by default the first turns of conversations spread over the set), its traces in ``OUT/n{nodes}-d{depth}-k{topk}/`` (resumable: rerun the
@@ -19,6 +20,7 @@ import os
 import sys
 
 from mindspore_eagle.build import build
+from mindspore_eagle.cli import DEFAULT_PROPOSER
 from mindspore_eagle.config import RuntimeConfig
 from mindspore_eagle.draft_config import TreeBudget
 from mindspore_eagle.evaluate import add_variant_flags, evaluate_variant, load_items
@@ -38,10 +40,16 @@ def main(argv=None) -> int:
     ap.add_argument("--max-nodes", default="8,16,32,64")
     ap.add_argument("--depths", default="2,4,6,8")
     ap.add_argument("--top-ks", default="4,8")
+    ap.add_argument("--proposer", choices=["eagle", "suffix", "hybrid"], default=DEFAULT_PROPOSER,
+                    help=f"drafting at every point (default {DEFAULT_PROPOSER}, the CLI's)")
+    ap.add_argument("--budget", dest="budget_mode", choices=["fixed", "adaptive"], default="fixed",
+                    help="fixed (default): every step verifies the point's max nodes; adaptive: the point's "
+                         "budget is the cap")
     args = ap.parse_args(argv)
 
     items = load_items(args.eval_set, args.subset)
-    teacher_only = build(args.model, RuntimeConfig(max_cache_len=args.max_cache_len), speculative=False)
+    teacher_only = build(args.model, RuntimeConfig(max_cache_len=args.max_cache_len, dtype=args.dtype),
+                         speculative=False)
     rows = []
     for n, d, k in itertools.product(ints(args.max_nodes), ints(args.depths), ints(args.top_ks)):
         budget = TreeBudget(max_nodes=n, depth=d, top_k=k)
@@ -50,7 +58,7 @@ def main(argv=None) -> int:
             continue
         out = os.path.join(args.out, f"n{n}-d{d}-k{k}")
         print(f"== max_nodes={n} depth={d} top_k={k} -> {out}", flush=True)
-        stack = teacher_only.with_draft(args.draft, budget)
+        stack = teacher_only.with_draft(args.draft, budget, None, args.proposer, args.budget_mode)
         m = evaluate_variant(stack, items, out, max_new_tokens=args.max_new_tokens, limit=args.limit,
                              spread=args.sample == "spread", log=lambda s: None)
         rows.append({"max_nodes": n, "depth": d, "top_k": k, **{c: m[c] for c in COLUMNS[3:]}})

@@ -275,11 +275,14 @@ def cli_flags(ms_dir, set_path):
             "--buckets", "1,8", "--prefill-chunk", "8", "--no-plots"]
 
 
-def write_set(path):
+def write_set(path, copies=1):
+    """ITEMS as an ``--eval-set`` file; ``copies`` > 1 repeats them under new ids (a longer run)."""
     with open(path, "w") as f:
-        for i in ITEMS:
-            line = {"id": i.id, "category": i.category, "turns_ids": [list(t) for t in i.turns_ids]}
-            f.write(json.dumps(line) + "\n")
+        for k in range(copies):
+            for i in ITEMS:
+                line = {"id": i.id if k == 0 else f"{i.id}-{k}", "category": i.category,
+                        "turns_ids": [list(t) for t in i.turns_ids]}
+                f.write(json.dumps(line) + "\n")
     return str(path)
 
 
@@ -314,16 +317,19 @@ def test_plain_multiprocess_launcher_equals_the_in_process_run(tiny, oracle_sing
     assert {s.rank for s in read_trace(str(out / MERGED_NAME)).turns} == {0, 1}
 
 
-def test_an_eval_worker_killed_with_sigkill_resumes_without_losing_a_turn(tiny, oracle_single, tmp_path):
+def test_an_eval_worker_killed_with_sigkill_resumes_without_losing_a_turn(tiny, tmp_path):
     """A real ``kill -9`` of ``mindspore-eagle eval`` once at least one turn is on disk: the rerun of the same command
-    loses no finished turn, runs none twice, leaves no stray file, and its merged trace equals the in-process run."""
+    loses no finished turn, runs none twice, leaves no stray file, and its merged trace equals an uninterrupted run
+    of the same command. The set is ITEMS eight times over: a tiny-model turn takes milliseconds, and the kill must
+    land before the last one."""
     import signal
     import time
 
     _, ms_dir, _ = tiny
-    out = tmp_path / "out"
-    argv = [sys.executable, "-m", "mindspore_eagle.cli", "eval", "--out", str(out),
-            *cli_flags(ms_dir, write_set(tmp_path / "set.jsonl"))]
+    copies = 8
+    set_path = write_set(tmp_path / "set.jsonl", copies)
+    out, whole = tmp_path / "out", tmp_path / "whole"
+    argv = [sys.executable, "-m", "mindspore_eagle.cli", "eval", "--out", str(out), *cli_flags(ms_dir, set_path)]
     env = {**os.environ, "GLOG_v": "3"}
     proc = subprocess.Popen(argv, env=env, cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     shard = shard_path(str(out), 0)
@@ -331,19 +337,21 @@ def test_an_eval_worker_killed_with_sigkill_resumes_without_losing_a_turn(tiny, 
     while time.monotonic() < deadline and proc.poll() is None:
         if os.path.exists(shard) and '"record":"turn"' in open(shard).read():
             break
-        time.sleep(0.05)
+        time.sleep(0.002)
     assert proc.poll() is None, "the run finished before it could be killed"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     before = finished_turns(str(out))
-    assert 1 <= len(before) < NUM_TURNS
+    assert 1 <= len(before) < copies * NUM_TURNS
     launch(argv, tmp_path)
     tf = read_trace(shard)
-    assert len(tf.turns) == NUM_TURNS == len({s.turn for s in tf.turns}) and not tf.torn and tf.orphan_steps == 0
+    assert len(tf.turns) == copies * NUM_TURNS == len({s.turn for s in tf.turns}) and not tf.torn
+    assert tf.orphan_steps == 0
     assert {t: before[t].output_ids for t in before} == {t: s.output_ids for t, s in finished_turns(str(out)).items()
                                                           if t in before}
     assert sorted(os.listdir(out)) == sorted([MERGED_NAME, os.path.basename(shard)])  # no stray file
-    assert canonical(str(out / MERGED_NAME)) == oracle_single
+    launch([a if a != str(out) else str(whole) for a in argv], tmp_path)
+    assert canonical(str(out / MERGED_NAME)) == canonical(str(whole / MERGED_NAME))
 
 
 @pytest.mark.slow

@@ -254,3 +254,45 @@ def test_an_adaptive_proposer_learns_costs_from_the_time_between_propose_and_acc
     assert dict(prop.costs.bucket_ms)[prop.tracker.bucket_of(layout.num_nodes)] == pytest.approx(40.0)
     with pytest.raises(ConfigError, match="window"):
         CostTracker(COSTS, window=0)
+
+
+class _ClockedHead:
+    """Stands in for an Eagle3Proposer on a fake clock: a catch-up costs 10 ms, a growth 3 ms."""
+
+    def __init__(self, clock):
+        self.clock, self.extended = clock, []
+
+    def reset(self):
+        pass
+
+    def extend(self, tokens, feats):
+        self.extended.append(len(tokens))
+        self.clock[0] += 0.010
+
+    def candidates(self):
+        self.clock[0] += 0.003
+        return np.array([-50.0]), np.array([7]), np.array([0])  # one candidate of p ~ 0
+
+
+def test_a_growth_is_charged_one_steps_share_of_the_deferred_catch_up():
+    """Skipped growths defer the head's catch-up; the growth that writes it must not be charged all of it (that
+    made growth look dearer the rarer it was, and so rarer still): 4 steps per growth -> 3 + 10 / 4 ms."""
+    from types import SimpleNamespace
+
+    from mindspore_eagle.draft.hybrid import HybridProposer
+
+    clock = [0.0]
+    head = _ClockedHead(clock)
+    prop = HybridProposer("hybrid", "adaptive", eagle=head, max_nodes=8, costs=COSTS, buckets=(1, 8, 16, 32),
+                          explore_every=4, clock=lambda: clock[0])
+    prop.profile.mean, prop.profile.updates = np.zeros(1), prop.profile.warmup  # a head that never pays
+    prop.begin([1, 2, 3], np.zeros((3, 4), np.float32), 4)
+    root = 4
+    for step in range(8):
+        prop.propose(root)
+        clock[0] += 0.020  # the engine's verification
+        root = 10 + step  # never seen before: no suffix match, nothing accepted but the bonus
+        prop.accept(SimpleNamespace(tokens=[root], path=[0]), np.zeros((1, 4), np.float32))
+    assert [s.grew for s in prop.log] == [False, False, False, True] * 2
+    assert head.extended == [3 + 3, 4]  # prompt entries + 3 steps, then 4 steps
+    assert prop.tracker.costs().grow_ms == pytest.approx(3 + 10 / 4)

@@ -1,8 +1,8 @@
 """How many nodes a step verifies: a fixed budget, or the adaptive rule that maximises expected tokens per ms.
 
 On this CPU a verification costs rows almost linearly beyond the first few (``VerifyCosts``: a 16-row bucket
-costs about two decode steps), so verifying 16 rows when nothing is likely to be accepted is a loss, and a
-long confident suffix match deserves a deep chain. The adaptive rule (``plan_budget``) uses the candidates'
+costs about 1.8 decode steps, an 8-row one 1.25), so verifying 16 rows when nothing is likely to be accepted is
+a loss, and a long confident suffix match deserves a deep chain. The adaptive rule (``plan_budget``) uses the candidates'
 acceptance probabilities ``p`` (``draft.merge``: ``1 + sum(p)`` over a tree estimates the tokens it emits):
 
     for every verification bucket b:   n_b = min(b, candidates + 1)
@@ -14,7 +14,7 @@ The best tree with n nodes is the n - 1 most probable candidates (p never increa
 is ancestor-closed), hence E(b) is exact under the estimate, and the depth follows from the selection: a long
 confident chain fills a bucket with one deep path, weak candidates lose to the one-row bucket (plain decoding).
 
-Skipping EAGLE growth (``should_grow``). Growth costs ``grow_ms`` (about 23 ms of a 150 ms cycle today) before
+Skipping EAGLE growth (``should_grow``). Growth costs ``grow_ms`` (about 6-12 ms of a 25-40 ms cycle with the fused CPU kernels) before
 its candidates are known, so the decision uses an estimate of what it would add: the head's typical candidate
 probabilities (a running mean of its sorted ``p`` vectors, ``EagleProfile``), discounted by the chance that
 the suffix branch's best first token is wrong (``1 - q1``: when that token is accepted, the head's other
@@ -33,13 +33,15 @@ import numpy as np
 
 from ..errors import ConfigError
 
-DEFAULT_BUCKET_MS = ((1, 72.0), (8, 125.0), (16, 126.0), (32, 176.0), (64, 290.0))
-"""Verification ms per bucket of the default teacher (SmolLM2-135M, graph mode, 2-core CPU): buckets 8/16/32
-are the medians of the committed evaluation and sweep traces (``teacher_ms``), 1 and 64 measured by
-``scripts/bench_hybrid.py --costs`` on the same machine. Pass measured costs for any other set-up."""
+DEFAULT_BUCKET_MS = ((1, 18.6), (8, 23.4), (16, 33.6), (32, 54.5), (64, 94.9))
+"""Verification ms per bucket of the default teacher (SmolLM2-135M, fp32, the fused CPU kernels, 2-core CPU, context
+512): ``scripts/bench_cycle.py`` (``results/kernels/bench_cycle.json``). Only the prior: ``CostTracker`` follows the
+costs the proposer observes (a bucket it has not used yet scales its prior like the used ones). Pass measured costs
+for any other set-up."""
 
-DEFAULT_GROW_MS = 30.0
-"""One EAGLE growth of the shipped head (23 ms in the evaluation trace) plus its context catch-up (~7 ms)."""
+DEFAULT_GROW_MS = 8.0
+"""One growth of the shipped head at depth 2 (6.5 ms in ``results/kernels/bench_cycle.json``) plus one step's share
+of its context catch-up (~1.5 ms)."""
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,7 @@ class CostTracker:
 
     def _push(self, window: list[float], ms: float, prior: float) -> None:
         current = float(np.median(window)) if window else prior
-        if ms > self.outlier * max(current, 1e-3):
+        if not ms > 0 or ms > self.outlier * max(current, 1e-3):  # a clock that did not move, or a compile
             return
         window.append(float(ms))
         del window[:-self.window]

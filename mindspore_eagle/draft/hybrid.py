@@ -144,14 +144,19 @@ class HybridProposer:
                                            or self._since_growth + 1 >= self.explore_every
                                            or should_grow(_sorted(suffix), _best_child(suffix), self.profile,
                                                           self.costs))
+        steps_covered = self._since_growth + 1  # steps whose committed tokens the catch-up below writes
         self._since_growth = 0 if grow else self._since_growth + 1
         eagle = None
         if grow:
             t0 = self._clock()
             self.catch_up()
+            t1 = self._clock()
             scores, tokens, parents = self.eagle.candidates()
             if self.tracker is not None:
-                self.tracker.observe_growth((self._clock() - t0) * 1000)
+                # the cost a growth adds to one step: the growth itself plus one step's share of the catch-up (it
+                # writes the tokens of every step since the last growth; charging all of it to this step would
+                # make growth look dearer the rarer it is, and rarer still for that)
+                self.tracker.observe_growth(((self._clock() - t1) + (t1 - t0) / steps_covered) * 1000)
             if self.mode == "eagle" and self.budget == "fixed":  # exactly Eagle3Proposer's tree
                 grown = select_tree(root, scores, tokens, parents, self.max_nodes)
                 source = np.full(grown.layout.num_nodes, SOURCE_EAGLE, np.int8)

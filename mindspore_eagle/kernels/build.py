@@ -32,7 +32,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from ..assets import home
+from ..paths import home
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = tuple(os.path.join(_HERE, name) for name in ("linear.cc", "attention.cc", "layer.cc"))

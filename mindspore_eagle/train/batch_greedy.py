@@ -22,7 +22,7 @@ row 6 and rows 7, 8 (stale) are hidden until they are overwritten.
 
 A conversation is an ``evalset.EvalItem``; turn ``k``'s prompt is ``evaluate.build_prompt`` (the chat
 template over the earlier turns and the teacher's own greedy answers, EOS stripped): exactly how the
-evaluation builds an MT-Bench second turn. Each finished turn becomes a ``data.Sequence_``: turn 1 from row 0,
+evaluation builds an MT-Bench second turn. Each finished turn becomes a ``sequence.Sequence_``: turn 1 from row 0,
 a later turn from its first newly fed position (its window), so a second turn stores no row twice.
 """
 
@@ -37,7 +37,7 @@ import numpy as np
 from ..errors import CacheCapacityError
 from ..evalset import EvalItem
 from ..evaluate import build_prompt
-from .data import Sequence_
+from .sequence import Sequence_
 from .topk_teacher import GreedyTopK
 
 

@@ -36,11 +36,11 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..atomic import write_text
+from .sequence import Sequence_
 
 MANIFEST = "manifest.jsonl"
 CONVERSATIONS_FILE = "conversations.jsonl"
@@ -54,18 +54,6 @@ def conversation_id(pid: str) -> str:
 def bytes_per_token(hidden_size: int, topk: int) -> int:
     """Stored bytes per sequence position: fp16 features (3 taps), int32 top-k ids, fp16 top-k logits, the token."""
     return 3 * hidden_size * 2 + topk * (4 + 2) + 4
-
-
-@dataclass
-class Sequence_:
-    """One generated sequence with what training needs (see the module docstring for shapes)."""
-
-    pid: str
-    tokens: np.ndarray  # [N] int32
-    prompt_len: int
-    features: np.ndarray  # [N-1, 3H] fp16
-    topk_ids: np.ndarray  # [N-1, k] int32
-    topk_logits: np.ndarray  # [N-1, k] fp16
 
 
 # ---- shards --------------------------------------------------------------------------------------------
