@@ -249,7 +249,9 @@ def run_shard(stack, items: Sequence[EvalItem], config: RunConfig, out_dir: str,
             f"{', a torn line' if repaired.torn else ''})")
     selected = select_turns(items, limit, spread)
     chosen = set(selected)
-    mine = shard(items, rank, world)
+    # shard the conversations that have a selected turn, not the whole set: a spread sample takes every k-th
+    # conversation, and with k a multiple of the worker count every one of them would fall to the same worker
+    mine = shard([i for i in items if any(t in chosen for t in i.turn_ids)], rank, world)
     todo = [t for item in mine for t in item.turn_ids if t in chosen and t not in done and t not in skipped]
     mine_selected = [t for item in mine for t in item.turn_ids if t in chosen]
     log(f"[rank {rank}/{world}] {len(mine_selected)} of the {len(selected)} selected turns are this worker's: "

@@ -266,6 +266,19 @@ def test_spread_sample_runs_only_first_turns_of_spaced_conversations(tiny, tmp_p
     assert sorted(finished_turns(str(tmp_path))) == ["conv-a-t1", "conv-c"]
 
 
+def test_workers_share_a_spread_sample_even_when_its_stride_is_a_multiple_of_their_count(tiny, tmp_path):
+    """A spread sample of 2 of the 5 conversations takes conv-a and conv-c (positions 0 and 2): sharding the whole
+    set over 2 workers would give both to rank 0 and none to rank 1; sharding the sampled conversations gives one
+    to each."""
+    stack = tiny[0]
+    for rank in range(2):
+        run_shard(stack, ITEMS, config(stack), str(tmp_path), rank, 2, log=lambda s: None, limit=2, spread=True)
+    by_rank = {}
+    for s in finished_turns(str(tmp_path)).values():
+        by_rank.setdefault(s.rank, []).append(s.turn)
+    assert {r: sorted(t) for r, t in by_rank.items()} == {0: ["conv-a-t1"], 1: ["conv-c"]}
+
+
 # ----- launchers -------------------------------------------------------------------------------------------------
 
 
