@@ -94,3 +94,15 @@ def test_target_hidden_size_is_written_only_when_it_differs_and_both_forms_load(
     with open(tmp_path / "pub" / "config.json", "w") as f:
         json.dump(written, f)
     assert load_hf_config(str(tmp_path / "pub")) == cfg
+
+
+def test_the_shipped_head_config_is_in_the_published_form():
+    """Other stacks (SafeAILab EAGLE) read a ``target_hidden_size`` key as "this head holds its own embedding" and
+    otherwise keep a random one: the shipped head writes it only when it differs from ``hidden_size``."""
+    from mindspore_eagle.draft import default_head_dir
+
+    with open(os.path.join(default_head_dir(), "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    assert cfg.get("target_hidden_size", cfg["hidden_size"]) == cfg["hidden_size"]
+    assert "target_hidden_size" not in cfg
+    assert DraftConfig.from_dict(cfg).target_hidden_size == cfg["hidden_size"]
