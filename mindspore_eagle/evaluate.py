@@ -107,12 +107,16 @@ def turn_seed(turn_id: str) -> int:
     return zlib.crc32(turn_id.encode("utf-8"))
 
 
-def shard(items: Sequence[EvalItem], rank: int, world: int) -> list[EvalItem]:
-    """The conversations of worker ``rank``: ``sharding.shard`` over the items sorted by id."""
+def shard(items: Sequence[EvalItem], rank: int, world: int, chosen: set[str] | None = None) -> list[EvalItem]:
+    """The conversations of worker ``rank``: ``sharding.shard`` over the items sorted by id; with ``chosen`` (turn
+    ids), over the conversations that have a chosen turn only. A spread sample takes every k-th conversation: with k
+    a multiple of ``world``, sharding the whole set would give every one of them to the same worker."""
     ordered = sorted(items, key=lambda i: i.id)
     ids = [i.id for i in ordered]
     if len(set(ids)) != len(ids):
         raise ConfigError("evaluation set has duplicate conversation ids")
+    if chosen is not None:
+        ordered = [i for i in ordered if any(t in chosen for t in i.turn_ids)]
     return shard_items(ordered, rank, world)
 
 
@@ -249,9 +253,7 @@ def run_shard(stack, items: Sequence[EvalItem], config: RunConfig, out_dir: str,
             f"{', a torn line' if repaired.torn else ''})")
     selected = select_turns(items, limit, spread)
     chosen = set(selected)
-    # shard the conversations that have a selected turn, not the whole set: a spread sample takes every k-th
-    # conversation, and with k a multiple of the worker count every one of them would fall to the same worker
-    mine = shard([i for i in items if any(t in chosen for t in i.turn_ids)], rank, world)
+    mine = shard(items, rank, world, chosen)
     todo = [t for item in mine for t in item.turn_ids if t in chosen and t not in done and t not in skipped]
     mine_selected = [t for item in mine for t in item.turn_ids if t in chosen]
     log(f"[rank {rank}/{world}] {len(mine_selected)} of the {len(selected)} selected turns are this worker's: "

@@ -5,7 +5,8 @@
 
 drafting  ``--proposer eagle|suffix|hybrid`` x ``--budget fixed|adaptive`` (``DRAFTING``), plus EAGLE-only and
         hybrid at the sweet spot of the tree-budget sweep (8 nodes / depth 2 / top-k 4): which source to draft from,
-        and whether a per-step budget beats a fixed one (variant names hold no '/': they name directories). Per variant also the share of accepted drafts that came from the suffix.
+        and whether a per-step budget beats a fixed one (variant names hold no '/': they name directories). Per
+        variant also the share of accepted drafts that came from the suffix.
 
 window  the draft attends to its last W context entries only (``Eagle3Proposer(window=W)``) vs the full
         context. The claim under test: truncating the draft's context hurts acceptance (tau) and speed.

@@ -19,7 +19,7 @@ import itertools
 import os
 import sys
 
-from mindspore_eagle.build import build
+from mindspore_eagle.build import BUDGET_MODES, PROPOSERS, build
 from mindspore_eagle.cli import DEFAULT_PROPOSER
 from mindspore_eagle.config import RuntimeConfig
 from mindspore_eagle.draft_config import TreeBudget
@@ -40,11 +40,12 @@ def main(argv=None) -> int:
     ap.add_argument("--max-nodes", default="8,16,32,64")
     ap.add_argument("--depths", default="2,4,6,8")
     ap.add_argument("--top-ks", default="4,8")
-    ap.add_argument("--proposer", choices=["eagle", "suffix", "hybrid"], default=DEFAULT_PROPOSER,
+    ap.add_argument("--proposer", choices=PROPOSERS, default=DEFAULT_PROPOSER,
                     help=f"drafting at every point (default {DEFAULT_PROPOSER}, the CLI's)")
-    ap.add_argument("--budget", dest="budget_mode", choices=["fixed", "adaptive"], default="fixed",
-                    help="fixed (default): every step verifies the point's max nodes; adaptive: the point's "
-                         "budget is the cap")
+    ap.add_argument("--budget", dest="budget_mode", choices=BUDGET_MODES, default="fixed",
+                    help="fixed (default): every step verifies the point's max nodes; adaptive: the point's budget "
+                         "is the head's growth tree, and a step may verify a longer suffix chain (up to the largest "
+                         "bucket)")
     args = ap.parse_args(argv)
 
     items = load_items(args.eval_set, args.subset)

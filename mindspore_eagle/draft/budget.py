@@ -2,8 +2,9 @@
 
 On this CPU a verification costs rows almost linearly beyond the first few (``VerifyCosts``: a 16-row bucket
 costs about 1.8 decode steps, an 8-row one 1.25), so verifying 16 rows when nothing is likely to be accepted is
-a loss, and a long confident suffix match deserves a deep chain. The adaptive rule (``plan_budget``) uses the candidates'
-acceptance probabilities ``p`` (``draft.merge``: ``1 + sum(p)`` over a tree estimates the tokens it emits):
+a loss, and a long confident suffix match deserves a deep chain. The adaptive rule (``plan_budget``) uses the
+candidates' acceptance probabilities ``p`` (``draft.merge``: ``1 + sum(p)`` over a tree estimates the tokens it
+emits):
 
     for every verification bucket b:   n_b = min(b, candidates + 1)
                                        E(b) = 1 + (sum of the n_b - 1 largest p)     # expected tokens emitted
@@ -14,10 +15,10 @@ The best tree with n nodes is the n - 1 most probable candidates (p never increa
 is ancestor-closed), hence E(b) is exact under the estimate, and the depth follows from the selection: a long
 confident chain fills a bucket with one deep path, weak candidates lose to the one-row bucket (plain decoding).
 
-Skipping EAGLE growth (``should_grow``). Growth costs ``grow_ms`` (about 6-12 ms of a 25-40 ms cycle with the fused CPU kernels) before
-its candidates are known, so the decision uses an estimate of what it would add: the head's typical candidate
-probabilities (a running mean of its sorted ``p`` vectors, ``EagleProfile``), discounted by the chance that
-the suffix branch's best first token is wrong (``1 - q1``: when that token is accepted, the head's other
+Skipping EAGLE growth (``should_grow``). Growth costs ``grow_ms`` (about 6-12 ms of a 25-40 ms cycle with the
+fused CPU kernels) before its candidates are known, so the decision uses an estimate of what it would add: the
+head's typical candidate probabilities (a running mean of its sorted ``p`` vectors, ``EagleProfile``), discounted
+by the chance that the suffix branch's best first token is wrong (``1 - q1``: when that token is accepted, the head's other
 depth-1 branches are not). Grow iff the best rate with suffix candidates plus the discounted profile, at cost
 ``c(b) + grow_ms``, beats the best rate of the suffix candidates alone. The profile needs evidence: the head
 grows at its first ``warmup`` opportunities, and the proposer grows at least every ``explore_every`` steps
