@@ -1,8 +1,9 @@
 """The one place that chooses between the reference and the fused attention op.
 
 ``CachedAttention`` (teacher and draft head) scatters the new K/V into its static cache and then asks the
-*attention core* built here for ``softmax(q k^T * scale + mask) v`` over the whole cache. Two cores, one
-interface ``core(q [B, H, T, D], k_all, v_all [B, Hkv, S, D], mask) -> [B, H, T, D] float32``:
+*attention core* built here for ``softmax(q k^T * scale + mask) v`` over the cache rows ``[0, S)``: the whole
+cache, or the context bucket the mask is as wide as (``CachedAttention``). Two cores, one interface
+``core(q [B, H, T, D], k_all, v_all [B, Hkv, S, D], mask [B, 1, T, S]) -> [B, H, T, D] float32``:
 
 * ``ReferenceAttention`` -- primitives only (BatchMatMul, Softmax), fp32, every device. It consumes the
   additive float32 mask of ``tree.mask`` (0 visible, ``MASK_VALUE`` hidden). GQA without repeating K/V: the

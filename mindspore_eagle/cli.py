@@ -34,6 +34,9 @@ def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=["CPU", "Ascend"], default="CPU")
     p.add_argument("--buckets", default=None, help="static forward sizes, e.g. 1,8,16,32,64 (the default)")
     p.add_argument("--prefill-chunk", type=int, default=None, help="prefill chunk, one of the buckets (default 64)")
+    p.add_argument("--context-buckets", default=None,
+                   help="cache rows a forward attends over on the primitive attention path, e.g. 128,256,512 "
+                        "(default: powers of two from 128, and --max-cache-len)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                    help="Linear compute dtype of teacher and draft (bfloat16: bf16 weights/activations, fp32 sums)")
     p.add_argument("--matmul", choices=["auto", "custom", "mindspore"], default="auto",
@@ -62,13 +65,15 @@ def _add_spec_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _runtime(args: argparse.Namespace):
-    from .config import Buckets, RuntimeConfig
+    from .config import Buckets, RuntimeConfig, parse_sizes
 
     kw = {}
     if args.buckets:
         kw["buckets"] = Buckets.parse(args.buckets)
     if args.prefill_chunk is not None:
         kw["prefill_chunk"] = args.prefill_chunk
+    if args.context_buckets:
+        kw["context_buckets"] = parse_sizes(args.context_buckets, "--context-buckets")
     return RuntimeConfig(max_cache_len=args.max_cache_len, exec_mode=args.exec_mode, device=args.device,
                          dtype=args.dtype, matmul=args.matmul, **kw)
 

@@ -428,6 +428,14 @@ class ExecMode(enum.Enum):
         return ms.jit(cell) if self is ExecMode.PERFORMANCE else cell
 
 
+def parse_sizes(text: str, what: str) -> tuple[int, ...]:
+    """Integers from a comma-separated list, the CLI's form of bucket lists: "1,8,16,64" -> (1, 8, 16, 64)."""
+    try:
+        return tuple(int(b) for b in str(text).split(","))
+    except ValueError:
+        raise ConfigError(f"{what}={text!r}: expected comma-separated integers, e.g. 1,8,16,64") from None
+
+
 @dataclass(frozen=True)
 class Buckets:
     """The static row counts a forward may have: each size compiles one graph, so every forward (prefill chunk,
@@ -452,10 +460,7 @@ class Buckets:
     @classmethod
     def parse(cls, text: str) -> "Buckets":
         """From a comma-separated list, e.g. "1,8,16,64" (the CLI's form)."""
-        try:
-            return cls(tuple(int(b) for b in str(text).split(",")))
-        except ValueError:
-            raise ConfigError(f"buckets={text!r}: expected comma-separated integers, e.g. 1,8,16,64") from None
+        return cls(parse_sizes(text, "buckets"))
 
     @property
     def largest(self) -> int:
@@ -507,6 +512,14 @@ class RuntimeConfig:
     custom AVX512-BF16 kernel). ``matmul`` picks the Linear implementation: "auto" (the custom batch-invariant
     kernel of ``mindspore_eagle.kernels`` where this machine runs it, else MindSpore's MatMul, with a message),
     "custom" (the kernel or an error) or "mindspore". Speculative output equals greedy output *in the same dtype*.
+
+    ``context_buckets`` are the mask widths (cache rows attended) a forward may have on the primitive attention
+    path (``models.layers.CachedAttention``): a forward attends over the smallest one holding the committed rows
+    plus its own, and each (bucket, context bucket) compiles one graph on first use. ``None`` (the default) means
+    the powers of two from 128 below ``max_cache_len``, and ``max_cache_len``; given sizes must lie in
+    ``[1, max_cache_len]``, and ``max_cache_len`` is always added (every forward fits it). ``(max_cache_len,)``
+    turns context bucketing off. ``context_sizes`` is the resolved tuple. Example, max_cache_len 1024:
+    (128, 256, 512, 1024); max_cache_len 160: (128, 160).
     """
 
     max_cache_len: int = 1024
@@ -517,9 +530,20 @@ class RuntimeConfig:
     prefill_chunk: int = 64
     dtype: str = "float32"
     matmul: str = "auto"
+    context_buckets: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         _require_positive(self, "max_cache_len", "batch_size", "prefill_chunk")
+        if self.context_buckets is not None:
+            raw = self.context_buckets
+            if (not isinstance(raw, (tuple, list)) or not raw
+                    or any(isinstance(c, bool) or not isinstance(c, (int, np.integer)) for c in raw)):
+                raise ConfigError(f"RuntimeConfig.context_buckets={raw!r}: must be a non-empty sequence of integers")
+            bad = [int(c) for c in raw if not 1 <= c <= self.max_cache_len]
+            if bad:
+                raise ConfigError(f"RuntimeConfig.context_buckets={tuple(raw)}: {bad} outside [1, max_cache_len="
+                                  f"{self.max_cache_len}]")
+            object.__setattr__(self, "context_buckets", tuple(sorted({int(c) for c in raw})))
         object.__setattr__(self, "exec_mode", ExecMode.parse(self.exec_mode))
         if self.device not in ("CPU", "Ascend"):
             raise ConfigError(f"RuntimeConfig.device={self.device!r}: expected 'CPU' or 'Ascend'")
@@ -543,6 +567,14 @@ class RuntimeConfig:
     def reference(self) -> bool:
         return self.exec_mode is ExecMode.REFERENCE
 
+    @property
+    def context_sizes(self) -> tuple[int, ...]:
+        """The context buckets, resolved (see the class docstring), ascending, ending at ``max_cache_len``."""
+        given = self.context_buckets
+        if given is None:
+            given = tuple(2 ** k for k in range(7, self.max_cache_len.bit_length()) if 2 ** k < self.max_cache_len)
+        return tuple(sorted(set(given) | {self.max_cache_len}))
+
     def check_tree_size(self, max_nodes: int, what: str = "TreeBudget.max_nodes") -> int:
         """The verification bucket of a tree of ``max_nodes`` nodes; ConfigError naming both sides when no bucket
         holds it (checked when a proposer is built for this runtime, not at the first step)."""
@@ -559,5 +591,5 @@ def replace(cfg: Any, **changes: Any) -> Any:
 
 
 __all__ = ["Buckets", "ExecMode", "TEACHER_FORMAT", "TeacherConfig", "RuntimeConfig", "RopeScaling", "field_bool",
-           "field_int", "field_object", "field_real", "field_token_id", "field_token_ids", "hf_rope", "read_config_json",
-           "replace", "require_bool", "require_finite", "require_int_tuple", "saved_config"]
+           "field_int", "field_object", "field_real", "field_token_id", "field_token_ids", "hf_rope", "parse_sizes",
+           "read_config_json", "replace", "require_bool", "require_finite", "require_int_tuple", "saved_config"]

@@ -10,15 +10,21 @@ One step, with ``L`` the committed length and ``root`` the last emitted token (n
     check_tree(layout, vocab)                        # host:    every rule, before any graph runs
     bucket = runtime.buckets.fit(layout.num_nodes)   #          static shapes: one graph per bucket
     L = cache.begin_round(bucket)                    #          the capacity check, before any write
-    inputs = ForwardInputs.for_tree(layout, L, ...)  #          the one padding rule, positions, rows, mask
-    out = teacher.forward(inputs)                    # verify:  logits + EAGLE-3 features of every node
-    acc = accept_sampling(layout, out.logits, ...)   # host:    accepted path + bonus
+    width = teacher.mask_width(L + bucket)           #          the context bucket attended
+    inputs = ForwardInputs.for_tree(layout, L, bucket, width)   # the one padding rule, positions, rows, mask
+    out = teacher.forward(inputs, output)            # verify:  argmax (greedy) or logits, + EAGLE-3 features
+    acc = accept_greedy(layout, out.argmax)          # host:    accepted path + bonus (sampling:
+                                                     #          accept_sampling(layout, out.logits, ...))
     cache.commit(acc.path)                           # commit:  only out-of-place rows move; L += len(path)
     proposer.accept(acc, out.aux_hidden[path])       # update:  the draft catches up on the committed tokens
     emit acc.tokens                                  #          the accepted drafts, then the bonus (next root)
 
 The phases named on the right are the ``StepTrace`` timings (``grow_ms``, ``verify_ms``, ``commit_ms``,
 ``update_ms``, ``host_ms``). A prefill chunk is the same forward over a ``TreeLayout.chain``.
+
+Greedy requests (``SamplingParams.greedy``) run every forward with ``output="argmax"``: the teacher reduces the
+logits in the graph and only each row's token id crosses to the host (``teacher`` module docstring). Sampling
+needs the whole distribution of a node, so it takes the logits.
 
 *reference* mode (``ExecMode.REFERENCE``) runs the teacher in PyNative and cross-checks every step (the mask
 rebuilt by a naive ancestor walk, the accepted path against the tree); *performance* mode runs the same code
@@ -35,11 +41,11 @@ import numpy as np
 
 from .cache import BranchableKVCache
 from .errors import CacheCapacityError, ConfigError, TreeInvariantError
-from .teacher import Teacher
+from .teacher import ARGMAX, LOGITS, ForwardOut, Teacher
 from .trace import StepTrace
 from .tree import ForwardInputs, TreeLayout, check_tree
 from .tree.mask import MASK_VALUE
-from .verify import SamplingParams, accept_sampling, sample_token
+from .verify import SamplingParams, accept_greedy, accept_sampling, sample_token
 
 
 class Proposer(Protocol):
@@ -156,20 +162,20 @@ class SpeculativeEngine:
         self.runtime.check_tree_size(int(proposer.max_nodes), f"{type(proposer).__name__}.max_nodes")
 
     # ----- prefill ------------------------------------------------------------------------------------
-    def _prefill(self, prompt: list[int]) -> tuple[np.ndarray, np.ndarray, float]:
-        """Write the prompt into rows [0, len) chunk by chunk (each a chain tree); return (last logits [V],
-        aux [len, 3H], teacher forward seconds)."""
-        aux, logits, seconds, off = [], None, 0.0, 0
+    def _prefill(self, prompt: list[int], output: str) -> tuple[ForwardOut, np.ndarray, float]:
+        """Write the prompt into rows [0, len) chunk by chunk (each a chain tree); return (the last chunk's
+        ``ForwardOut`` in ``output`` form, aux [len, 3H], teacher forward seconds)."""
+        aux, out, seconds, off = [], None, 0.0, 0
         for size, bucket in self.runtime.buckets.chunks(len(prompt), self.runtime.prefill_chunk, self.cache.max_len):
             L = self.cache.begin_round(bucket)
-            out = self.teacher.forward(ForwardInputs.for_tree(TreeLayout.chain(prompt[off:off + size]), L, bucket,
-                                                              self.teacher.max_len))
+            inputs = ForwardInputs.for_tree(TreeLayout.chain(prompt[off:off + size]), L, bucket,
+                                            self.teacher.mask_width(L + bucket))
+            out = self.teacher.forward(inputs, output)
             self.cache.commit(range(size))
             aux.append(out.aux_hidden[0])
-            logits = out.logits[0, -1]
             seconds += out.seconds
             off += size
-        return logits, np.concatenate(aux, 0), seconds
+        return out, np.concatenate(aux, 0), seconds
 
     # ----- one speculative step -----------------------------------------------------------------------
     def _step(self, root: int, proposer: Proposer, sampling: SamplingParams, rng: np.random.Generator,
@@ -189,13 +195,16 @@ class SpeculativeEngine:
             # Near the end of the cache: verify the root alone if that still fits (raises when it does not).
             layout, bucket = TreeLayout.single(root), 1
         L = self.cache.begin_round(bucket)
-        inputs = ForwardInputs.for_tree(layout, L, bucket, self.teacher.max_len)
+        inputs = ForwardInputs.for_tree(layout, L, bucket, self.teacher.mask_width(L + bucket))
         if self.reference:
             _cross_check_mask(layout, inputs.mask, L)
         t2 = time.perf_counter()
-        out = self.teacher.forward(inputs)
+        out = self.teacher.forward(inputs, ARGMAX if sampling.greedy else LOGITS)
         t3 = time.perf_counter()
-        acc = accept_sampling(layout, out.logits[0], sampling, rng)
+        if sampling.greedy:
+            acc = accept_greedy(layout, out.argmax[0])
+        else:
+            acc = accept_sampling(layout, out.logits[0], sampling, rng)
         if self.reference:
             for a, b in zip(acc.path[:-1], acc.path[1:]):
                 if int(layout.parents[b]) != a:
@@ -227,8 +236,8 @@ class SpeculativeEngine:
         eos = {int(e) for e in eos_token_ids}
         rng = np.random.default_rng(sampling.seed)
         t0 = time.perf_counter()
-        logits, aux, prefill_s = self._prefill(ids)
-        root = sample_token(logits, sampling, rng)
+        last, aux, prefill_s = self._prefill(ids, ARGMAX if sampling.greedy else LOGITS)
+        root = int(last.argmax[0, -1]) if sampling.greedy else sample_token(last.logits[0, -1], sampling, rng)
         ttft = time.perf_counter() - t0
         proposer.begin(ids, aux, root)
         tokens = [root]

@@ -5,6 +5,23 @@ things a Cell must not do: choosing the execution mode (PyNative *reference* or 
 turning numpy ``ForwardInputs`` (already padded to a bucket by ``tree.inputs``, the one padding rule) into a
 call and its results back into numpy. Capacity is not checked here: the rows of a forward are a round that
 the cache owner (``cache.BranchableKVCache.begin_round``) reserved.
+
+What crosses to the host is what the caller asks for (``forward(inputs, output=...)``, one graph per kind):
+
+    output="argmax"   argmax int32 [B, n]          greedy decoding and verification: the logits are reduced in the
+                                                   graph (``models.outputs``), no [n, vocab] array leaves it
+    output="logits"   logits float32 [B, n, vocab] sampling (``verify.target_probs`` needs every probability, after
+                                                   temperature / top-k / top-p on the host) and the tests
+    both              aux_hidden [B, n, 3H]         the EAGLE-3 features of every real row (the draft reads the
+                                                   accepted path's rows, prefill all of them)
+
+Attended context. On the primitive attention path a forward attends over the cache rows ``[0, width)`` of its
+mask only, and the mask width is a *context bucket* (``RuntimeConfig.context_sizes``): ``mask_width(rows)`` is
+the smallest one holding the committed rows plus the forward's own. Each (output, tokens, width) is one compiled
+graph, so the graphs are bounded by ``len(buckets) x len(context_sizes)`` per output kind; ``first_call_s``
+records the first call of each (the compile, in performance mode). The fused CPU kernels read only each row's
+visible span whatever the width, so there the width is always the whole cache (narrower ones would only add
+graphs).
 """
 
 from __future__ import annotations
@@ -18,8 +35,9 @@ import numpy as np
 from .attention import AttentionChoice
 from .checkpoint import CKPT_NAME, load_strict
 from .config import RuntimeConfig, TeacherConfig
-from .errors import ConfigError
+from .errors import CacheCapacityError, ConfigError
 from .kernels import MatmulChoice, check_packed, matmul_for, pack_weights, select_matmul
+from .models.outputs import GreedyOutputs
 from .models.pangu import PanguForCausalLM
 from .tree.inputs import ForwardInputs
 
@@ -47,13 +65,20 @@ def setup_mindspore(device: str = "CPU") -> None:
                                   f"process ({exc})") from None
 
 
+LOGITS = "logits"
+ARGMAX = "argmax"
+OUTPUTS = (LOGITS, ARGMAX)
+
+
 @dataclass(frozen=True)
 class ForwardOut:
-    """Numpy results of one teacher forward over its real rows (padding rows already dropped)."""
+    """Numpy results of one teacher forward over its real rows (padding rows already dropped). Exactly one of
+    ``logits`` / ``argmax`` is set: the one the forward's ``output`` asked for (see the module docstring)."""
 
-    logits: np.ndarray  # [B, num_real, vocab]
+    logits: np.ndarray | None  # float32 [B, num_real, vocab]; None for output="argmax"
     aux_hidden: np.ndarray  # [B, num_real, 3 * hidden]
     seconds: float  # the call, device transfer of the results included
+    argmax: np.ndarray | None = None  # int32 [B, num_real], numpy's tie rule; None for output="logits"
 
 
 class Teacher:
@@ -75,7 +100,11 @@ class Teacher:
         self.matmul = matmul or MatmulChoice()
         self.cell = PanguForCausalLM(cfg, runtime.batch_size, runtime.max_cache_len, attention, matmul)
         self._packed_checked = False
-        self._fn = runtime.exec_mode.compile(self.cell)
+        self._fns = {LOGITS: runtime.exec_mode.compile(self.cell),
+                     ARGMAX: runtime.exec_mode.compile(GreedyOutputs(self.cell))}
+        # the mask widths a forward may have (module docstring: the fused kernels need no narrower one)
+        self.mask_widths = (runtime.max_cache_len,) if self.cell.fused_attention else runtime.context_sizes
+        self.first_call_s: dict[tuple[str, int, int], float] = {}  # (output, tokens, width) -> seconds
 
     @classmethod
     def load(cls, model_dir: str, runtime: RuntimeConfig | None = None,
@@ -94,22 +123,41 @@ class Teacher:
     def max_len(self) -> int:
         return self.runtime.max_cache_len
 
-    def forward(self, inputs: ForwardInputs) -> ForwardOut:
-        """One forward of ``inputs`` (``ids, positions, rows [B, bucket]``, ``mask [B, 1, bucket, max_len]``);
-        results of the first ``inputs.num_real`` rows."""
+    def mask_width(self, rows: int) -> int:
+        """The mask width (cache rows attended) of a forward that writes or sees rows ``[0, rows)``: the smallest
+        of ``mask_widths`` holding them. Example, max_cache_len 1024 on the primitive path: 40 -> 128, 300 -> 512."""
+        for width in self.mask_widths:
+            if width >= rows:
+                return width
+        raise CacheCapacityError(f"a forward over rows [0, {rows}) does not fit max_cache_len={self.max_len}")
+
+    def forward(self, inputs: ForwardInputs, output: str = LOGITS) -> ForwardOut:
+        """One forward of ``inputs`` (``ids, positions, rows [B, bucket]``, ``mask [B, 1, bucket, width]`` with
+        ``width`` one of ``mask_widths``); ``output`` "logits" or "argmax" (module docstring) of the first
+        ``inputs.num_real`` rows."""
         import mindspore as ms
 
+        if output not in OUTPUTS:
+            raise ConfigError(f"Teacher.forward(output={output!r}): expected one of {OUTPUTS}")
         b, t = inputs.ids.shape
-        if b != self.runtime.batch_size or inputs.mask.shape != (b, 1, t, self.max_len):
+        width = inputs.mask.shape[-1]
+        if b != self.runtime.batch_size or inputs.mask.shape != (b, 1, t, width) or width not in self.mask_widths:
             raise ConfigError(f"forward inputs ids {inputs.ids.shape}, mask {inputs.mask.shape}: the runtime was built "
-                              f"for batch_size={self.runtime.batch_size}, max_cache_len={self.max_len}")
+                              f"for batch_size={self.runtime.batch_size}, max_cache_len={self.max_len} and takes "
+                              f"mask widths {self.mask_widths}")
         if not self._packed_checked:  # once: a custom kernel never packed would compute with NaN weights
             check_packed(self.cell)
             self._packed_checked = True
         start = time.perf_counter()
-        logits, aux = self._fn(ms.Tensor(inputs.ids.astype(np.int32)), ms.Tensor(inputs.positions.astype(np.int32)),
-                               ms.Tensor(inputs.mask.astype(np.float32)), ms.Tensor(inputs.rows.astype(np.int32)))
+        first, aux = self._fns[output](ms.Tensor(inputs.ids.astype(np.int32)),
+                                       ms.Tensor(inputs.positions.astype(np.int32)),
+                                       ms.Tensor(inputs.mask.astype(np.float32)),
+                                       ms.Tensor(inputs.rows.astype(np.int32)))
         n = inputs.num_real
-        logits_np = logits.asnumpy()[:, :n]
+        first_np = first.asnumpy()[:, :n]  # logits [B, n, V] or argmax [B, n]
         aux_np = aux.asnumpy()[:, :n]
-        return ForwardOut(logits_np, aux_np, time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        self.first_call_s.setdefault((output, t, width), seconds)
+        if output == ARGMAX:
+            return ForwardOut(None, aux_np, seconds, argmax=first_np)
+        return ForwardOut(first_np, aux_np, seconds)

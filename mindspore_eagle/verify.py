@@ -6,6 +6,8 @@ that follows node ``i`` (``logits[i]``). Acceptance walks down from the root:
 * **greedy** -- move to the child whose token equals the teacher's argmax at the current node (the lowest
   node index if siblings repeat a token); stop when no child matches. The argmax at the stopping node is the
   bonus. Every emitted token is therefore the teacher's own greedy choice: output equals greedy decoding.
+  It needs only the argmax of every node (``argmax[i]``, numpy's tie rule), which the teacher computes in its
+  graph (``Teacher.forward(..., output="argmax")``), not the logits.
 * **sampling** -- multi-candidate rejection sampling with deterministic drafts (SpecInfer / EAGLE): at the
   current node with target distribution ``p``, try the children in index order; child token ``x`` is
   accepted with probability ``p(x)`` (the draft put all its mass on ``x``); when rejected, ``p(x)`` is set
@@ -109,13 +111,20 @@ def children_lists(layout: TreeLayout) -> list[list[int]]:
     return kids
 
 
-def accept_greedy(layout: TreeLayout, logits: np.ndarray) -> Acceptance:
-    """Longest root-to-node path whose every token is the teacher's argmax at its parent, plus the bonus."""
+def accept_greedy(layout: TreeLayout, argmax: np.ndarray) -> Acceptance:
+    """Longest root-to-node path whose every token is the teacher's argmax at its parent, plus the bonus.
+
+    ``argmax [>= num_nodes]`` int: the teacher's greedy next token after each node (rows past the tree's are
+    padding and never read)."""
+    argmax = np.asarray(argmax)
+    if argmax.ndim != 1 or argmax.shape[0] < layout.num_nodes or not np.issubdtype(argmax.dtype, np.integer):
+        raise ConfigError(f"accept_greedy: argmax must be integer token ids [>= {layout.num_nodes}] (one per node), "
+                          f"got {argmax.dtype} {argmax.shape}; from logits, pass np.argmax(logits, -1)")
     kids = children_lists(layout)
     path = [0]
     while True:
         cur = path[-1]
-        target = int(np.argmax(logits[cur]))
+        target = int(argmax[cur])
         nxt = next((c for c in kids[cur] if int(layout.tokens[c]) == target), None)
         if nxt is None:
             tokens = tuple(int(layout.tokens[n]) for n in path[1:]) + (target,)
@@ -125,9 +134,10 @@ def accept_greedy(layout: TreeLayout, logits: np.ndarray) -> Acceptance:
 
 def accept_sampling(layout: TreeLayout, logits: np.ndarray, params: SamplingParams,
                     rng: np.random.Generator) -> Acceptance:
-    """Lossless multi-candidate acceptance for deterministic drafts (see the module docstring)."""
+    """Lossless multi-candidate acceptance for deterministic drafts (see the module docstring); ``logits [N, V]``,
+    since every node's whole distribution may be needed (greedy ``params``: ``accept_greedy`` of their argmax)."""
     if params.greedy:
-        return accept_greedy(layout, logits)
+        return accept_greedy(layout, np.argmax(logits, -1))
     kids = children_lists(layout)
     path = [0]
     while True:

@@ -231,6 +231,39 @@ def test_teacher_on_emulated_fused_attention_is_lossless_and_close_to_reference(
     np.testing.assert_allclose(logits[0], logits[1], atol=0.05, rtol=0.02)  # fp16 K/V cache and attention
 
 
+def test_emulated_fused_attention_over_a_context_bucket_equals_the_whole_cache(tiny_pair):
+    """The Ascend core reads only a context bucket's rows (key/value ``[B, Hkv, W, D]`` with mask ``[B, 1, T, W]``, a
+    documented shape): outputs equal the whole-cache forward's, and generation across buckets stays lossless."""
+    from mindspore_eagle.draft import load_proposer
+    from mindspore_eagle.engine import SpeculativeEngine
+    from mindspore_eagle.teacher import Teacher
+
+    teacher_dir, head_dir = tiny_pair
+    widths = []  # the key rows each call of the op attends over
+
+    def op(query, key, value, **kw):
+        widths.append(key.shape[2])
+        return emulated_fused_infer_attention_score(query, key, value, **kw)
+
+    runtime = RuntimeConfig(max_cache_len=64, exec_mode="reference", buckets=(1, 8, 16), prefill_chunk=8,
+                            context_buckets=(16, 32))
+    teacher = Teacher.load(teacher_dir, runtime, attention.AttentionChoice(attention.FUSED, op=op))
+    assert teacher.mask_widths == (16, 32, 64)
+    prompt = [3, 17, 42, 5, 9, 60, 61]
+    narrow, full = (teacher.forward(ForwardInputs.for_tree(TreeLayout.chain(prompt), 0, 8, w)) for w in (16, 64))
+    layers = teacher.cfg.num_layers
+    assert widths == [16] * layers + [64] * layers  # one call per layer
+    np.testing.assert_allclose(narrow.logits, full.logits, atol=1e-3, rtol=1e-3)  # fp16 output rounding at most
+    assert np.array_equal(np.argmax(narrow.logits, -1), np.argmax(full.logits, -1))
+
+    widths.clear()
+    engine = SpeculativeEngine(teacher)
+    greedy = engine.generate(prompt, 12)  # rows 0..18: widths 16, then 32
+    assert {16, 32} <= set(widths) and 64 not in widths
+    proposer = load_proposer(head_dir, teacher, TreeBudget(max_nodes=6, depth=2, top_k=3))
+    assert engine.generate(prompt, 12, proposer=proposer).tokens == greedy.tokens
+
+
 # ----- selecting Ascend here ------------------------------------------------------------------------------------
 
 

@@ -83,3 +83,11 @@ def test_a_cache_longer_than_the_models_positions_is_refused_before_allocating(c
 def test_train_draft_errors_are_typed_exit_2(tmp_path, capsys):
     assert cli.main(["train-draft", "--teacher", NOWHERE, "--out", str(tmp_path / "head")]) == 2
     assert "error: " in capsys.readouterr().err
+
+
+def test_bad_context_buckets_are_refused_before_loading(capsys):
+    for value, match in (("64,x", "--context-buckets='64,x': expected comma-separated integers"),
+                         ("64,2048", "[2048] outside [1, max_cache_len=1024]")):
+        assert cli.main(["generate", "--prompt", "hi", "--model", NOWHERE, "--context-buckets", value]) == 2
+        err = capsys.readouterr().err
+        assert match in err and NOWHERE not in err

@@ -101,3 +101,17 @@ def test_exec_mode_is_parsed_once_into_the_enum():
     assert RuntimeConfig(buckets=Buckets.parse("16,1,8"), prefill_chunk=16).buckets.sizes == (1, 8, 16)
     with pytest.raises(ConfigError, match="comma-separated integers"):
         Buckets.parse("1,x")
+
+
+def test_context_buckets_default_to_powers_of_two_up_to_the_cache_and_are_validated_where_they_enter():
+    assert RuntimeConfig().context_sizes == (128, 256, 512, 1024)
+    assert RuntimeConfig(max_cache_len=160, buckets=(1, 8), prefill_chunk=8).context_sizes == (128, 160)
+    assert RuntimeConfig(max_cache_len=100, buckets=(1, 8), prefill_chunk=8).context_sizes == (100,)
+    given = RuntimeConfig(context_buckets=[512, 64, 64])
+    assert given.context_buckets == (64, 512) and given.context_sizes == (64, 512, 1024)  # the whole cache added
+    assert RuntimeConfig(context_buckets=(1024,)).context_sizes == (1024,)  # bucketing off
+    for bad, match in (([], "non-empty sequence of integers"), ((True,), "integers"), ((64.0,), "integers"),
+                       ("128", "integers"), ((0, 128), r"\[0\] outside \[1, max_cache_len=1024\]"),
+                       ((128, 2048), r"\[2048\] outside")):
+        with pytest.raises(ConfigError, match=f"RuntimeConfig.context_buckets=.*{match}"):
+            RuntimeConfig(context_buckets=bad)

@@ -19,6 +19,11 @@ def onehot_logits(argmaxes):
     return lg
 
 
+def ids(*argmaxes):
+    """The teacher's argmax per node, as the greedy verification forward returns it."""
+    return np.array(argmaxes, np.int32)
+
+
 # root(tok 0) -> 1:[tok 3] -> 3:[tok 5]
 #             -> 2:[tok 4] -> 4:[tok 1] -> 5:[tok 2]
 TREE = TreeLayout.from_parents([0, 3, 4, 5, 1, 2], [0, 0, 0, 1, 2, 4])
@@ -26,24 +31,30 @@ TREE = TreeLayout.from_parents([0, 3, 4, 5, 1, 2], [0, 0, 0, 1, 2, 4])
 
 def test_greedy_accepts_the_longest_matching_path_plus_bonus():
     # teacher argmax per node: root->4, node2->1, node4->2, node5->0
-    acc = accept_greedy(TREE, onehot_logits([4, 0, 1, 0, 2, 0]))
+    acc = accept_greedy(TREE, ids(4, 0, 1, 0, 2, 0))
     assert acc.path == (0, 2, 4, 5) and acc.tokens == (4, 1, 2, 0) and acc.bonus == 0 and acc.num_accepted == 3
 
 
 def test_greedy_with_no_matching_child_emits_only_the_bonus():
-    acc = accept_greedy(TREE, onehot_logits([2, 0, 0, 0, 0, 0]))
+    acc = accept_greedy(TREE, ids(2, 0, 0, 0, 0, 0))
     assert acc.path == (0,) and acc.tokens == (2,)
 
 
 def test_greedy_stops_mid_path_when_the_teacher_disagrees():
-    acc = accept_greedy(TREE, onehot_logits([3, 4, 0, 0, 0, 0]))  # node1's child is tok 5, teacher wants 4
+    acc = accept_greedy(TREE, ids(3, 4, 0, 0, 0, 0))  # node1's child is tok 5, teacher wants 4
     assert acc.path == (0, 1) and acc.tokens == (3, 4)
 
 
 def test_greedy_ignores_padding_rows():
     padded = TREE.padded(8)
-    lg = np.concatenate([onehot_logits([4, 0, 1, 0, 2, 0]), onehot_logits([0, 0])])
-    assert accept_greedy(padded, lg) == accept_greedy(TREE, lg[:6])
+    am = ids(4, 0, 1, 0, 2, 0, 0, 0)
+    assert accept_greedy(padded, am) == accept_greedy(TREE, am[:6])
+
+
+@pytest.mark.parametrize("bad", [onehot_logits([4, 0, 1, 0, 2, 0]), ids(4, 0, 1), np.zeros(6, np.float32)])
+def test_greedy_refuses_anything_but_one_token_id_per_node(bad):
+    with pytest.raises(ConfigError, match="accept_greedy: argmax must be integer token ids"):
+        accept_greedy(TREE, bad)
 
 
 def test_sampling_params_are_validated():
@@ -130,5 +141,6 @@ def test_sampling_is_reproducible_for_a_seed_and_greedy_at_zero_temperature():
     logits = np.random.default_rng(0).normal(0, 1, (TREE.num_nodes, V))
     a = [accept_sampling(TREE, logits, SamplingParams(1.0), np.random.default_rng(9)) for _ in range(3)]
     assert a[0] == a[1] == a[2]
-    assert accept_sampling(TREE, logits, SamplingParams(0.0), np.random.default_rng(9)) == accept_greedy(TREE, logits)
+    assert (accept_sampling(TREE, logits, SamplingParams(0.0), np.random.default_rng(9))
+            == accept_greedy(TREE, np.argmax(logits, -1)))
     assert sample_token(logits[0], SamplingParams(0.0), np.random.default_rng(0)) == int(np.argmax(logits[0]))

@@ -151,7 +151,7 @@ class CachedAttention(nn.Cell):
 
     The cache is two ``Parameter`` buffers ``[B, kv_heads, max_len, head_dim]``. A forward first writes the new
     keys/values into the rows given by ``write_idx`` and then attends over the buffer; the
-    ``mask [B, 1, T, max_len]`` (additive float32, see ``tree.mask``) decides which rows each query sees
+    ``mask [B, 1, T, W]`` (additive float32, see ``tree.mask``) decides which rows each query sees
     (committed prefix, its own tree ancestors, itself), so stale or speculative rows never leak in.
 
     ``construct(x, cos, sin, mask, write_idx, norm_weight=None, residual=None)`` returns
@@ -159,9 +159,12 @@ class CachedAttention(nn.Cell):
 
     Primitive path: the attention is the core of ``attention`` (an ``attention.AttentionChoice``, given by the
     builder: primitives on CPU, the fused op on Ascend), the new rows are scattered with ``ScatterNdUpdate``
-    (a whole-buffer copy on CPU) and the core reads the whole buffer. The cache dtype is the core's (float32
-    for the reference core). Fused CPU path (``uses_fused_kernels``): three kernels, see the module docstring;
-    the attention kernel writes only the new rows and reads only each query's visible rows.
+    (a whole-buffer copy on CPU) and the core reads the buffer's rows ``[0, W)``: ``W`` is the mask's width, a
+    *context bucket* (``RuntimeConfig.context_sizes``) that holds every row the forward writes or sees, so a
+    forward at a short context does not attend over the whole cache. ``W`` is a static shape: one graph per
+    (T, W). The cache dtype is the core's (float32 for the reference core). Fused CPU path
+    (``uses_fused_kernels``): three kernels, see the module docstring; the attention kernel writes only the new
+    rows and reads only each query's visible rows (its mask must be ``W = max_len`` wide).
     ``in_features``: the projections' input width (default ``hidden_size``; the EAGLE-3 head reads 2H).
     """
 
@@ -230,6 +233,10 @@ class CachedAttention(nn.Cell):
             v = ops.cast(v, self.kv_dtype)
         k_all = ops.scatter_nd_update(self.k_cache, write_idx, k)  # [B, Hkv, S, D]
         v_all = ops.scatter_nd_update(self.v_cache, write_idx, v)
+        width = mask.shape[-1]  # static: the context bucket of this graph
+        if width < k_all.shape[2]:
+            k_all = k_all[:, :, :width]  # [B, Hkv, W, D]: rows >= W are hidden from every query anyway
+            v_all = v_all[:, :, :width]
         out = self.core(q, k_all, v_all, mask)  # [B, H, T, D] float32
         out = out.transpose(0, 2, 1, 3).reshape(b, t, -1)
         return self.o_proj(out)

@@ -16,7 +16,8 @@ from mindspore import Tensor, nn, ops
 from ..attention import AttentionChoice
 from ..config import TeacherConfig
 from ..kernels import DecoderLayerKernel, LinearKernel, MatmulChoice, fused_layer_supported
-from .layers import CachedAttention, Embedding, Linear, RMSNorm, SwiGLU, rope_tables, write_index
+from .layers import (CachedAttention, Embedding, Linear, RMSNorm, SwiGLU, rope_tables, uses_fused_kernels,
+                     write_index)
 
 
 class DecoderLayer(nn.Cell):
@@ -60,8 +61,11 @@ class PanguModel(nn.Cell):
 class PanguForCausalLM(nn.Cell):
     """Teacher Cell. ``construct(input_ids, positions, mask, cache_rows) -> (logits, aux_hidden)``.
 
-    Shapes: ``input_ids, positions, cache_rows [B, T]`` int32; ``mask [B, 1, T, max_len]`` float32 additive
-    (see ``mindspore_eagle.tree.mask``); ``logits [B, T, vocab]``; ``aux_hidden [B, T, 3 * hidden]``.
+    Shapes: ``input_ids, positions, cache_rows [B, T]`` int32; ``mask [B, 1, T, W]`` float32 additive over cache
+    rows ``[0, W)`` (see ``mindspore_eagle.tree.mask``): ``W = max_len``, or on the primitive attention path a
+    context bucket ``W < max_len`` holding every row the forward writes or sees (``CachedAttention``; the fused
+    kernels, ``fused_attention``, take ``W = max_len`` only); ``logits [B, T, vocab]``;
+    ``aux_hidden [B, T, 3 * hidden]``.
     Positions index the rotary table; ``cache_rows`` say where each token's K/V is written. They usually
     coincide for a chain, and differ inside a tree (a node at depth d has position L + d but row L + i).
     ``attention`` picks the attention core of every layer (``mindspore_eagle.attention``; default: primitives);
@@ -76,6 +80,7 @@ class PanguForCausalLM(nn.Cell):
         self.batch_size = batch_size
         self.max_len = max_len
         self.attention = attention  # the draft head drafting for this teacher is built with the same choice
+        self.fused_attention = uses_fused_kernels(attention, matmul, cfg.head_dim)  # every layer's, alike
         self.model = PanguModel(cfg, batch_size, max_len, attention, matmul)
         if not cfg.tie_word_embeddings:
             self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, matmul=matmul)

@@ -9,10 +9,10 @@ Cell unchanged (same Parameters, same KV cache) and returns only what a training
     topk_logits  float16 [B, T, k]    their values
     aux_hidden   float16 [B, T, 3H]   the EAGLE-3 features (teacher taps low|mid|high)
 
-The argmax is its own op rather than ``topk_ids[..., 0]``: it is what ``verify.sample_token`` computes
-(``np.argmax``, the first of equal maxima), so a tie cannot make the data's greedy token differ from the
-engine's. ``GreedyTopK`` is the host side of one decode step: it builds the chain mask (each slot sees its
-own rows ``<=`` the row it writes) and turns the outputs into numpy.
+The argmax is its own op rather than ``topk_ids[..., 0]``: it is ``models.outputs.first_argmax``, the rule of the
+engine's greedy verification and of ``verify.sample_token`` (``np.argmax``, the first of equal maxima), so a tie
+cannot make the data's greedy token differ from the engine's. ``GreedyTopK`` is the host side of one decode step:
+it builds the chain mask (each slot sees its own rows ``<=`` the row it writes) and turns the outputs into numpy.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import numpy as np
 from mindspore import Tensor, nn, ops
 
 from ..errors import CacheCapacityError, ConfigError
+from ..models.outputs import first_argmax
 from ..tree.mask import MASK_VALUE
 
 
@@ -40,7 +41,7 @@ class TopKTeacher(nn.Cell):
     def construct(self, input_ids, positions, mask, cache_rows):
         logits, aux = self.teacher(input_ids, positions, mask, cache_rows)  # [B, T, V], [B, T, 3H]
         values, ids = self.topk(logits, self.k)  # [B, T, k] each, descending
-        greedy = ops.cast(ops.argmax(logits, -1), ms.int32)  # [B, T]
+        greedy = first_argmax(logits)  # [B, T] int32
         return greedy, ops.cast(ids, ms.int32), ops.cast(values, ms.float16), ops.cast(aux, ms.float16)
 
 

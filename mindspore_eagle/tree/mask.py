@@ -9,9 +9,9 @@ Three conventions meet in this project:
 * **Ascend fused-attention uint8**: ``1`` means *masked out*, ``0`` means visible (the opposite sense of
   the boolean form), as the fused attention ops require.
 
-The teacher reads its whole static cache ``[0, cache_len)`` every forward, so a full mask is always
-``[B, 1, T, cache_len]``: columns the row may not see (later rows, stale speculative rows, unused rows)
-are hidden.
+A forward reads the cache rows ``[0, cache_len)`` -- the whole static cache, or a context bucket holding every
+row it writes or sees (``Teacher.mask_width``) -- so its mask is ``[B, 1, T, cache_len]``: columns the row may not
+see (later rows, stale speculative rows, unused rows) are hidden.
 
 Tree masks (host builders below): tree node ``i`` is written at cache row ``committed_len + i`` and sees the
 committed prefix ``[0, committed_len)`` plus exactly its ancestors-or-self (for a chain, that is the causal mask). A padding row sees the prefix and itself only, and no real row sees it,
