@@ -11,7 +11,8 @@
 #           directory holds MAX_ANSWER_TOKENS answer tokens (default 2M; ~390 answer tok/s with
 #           MSE_KERNEL_THREADS=2 on 2 cores: ~1.5 h). Disk: ~4.9 KB per answer token (~10 GB for 2M).
 # baseline  the current head (INIT_HEAD, its own vocabulary) evaluated on this data's held-out sample, 0 steps.
-# ab        the recipe comparison: TTT_A vs TTT_B training-time-test steps, AB_MINUTES each from INIT_HEAD.
+# ab        the recipe comparison: TTT_A vs TTT_B training-time-test steps, AB_STEPS optimizer steps each from
+#           INIT_HEAD (matched steps: a time budget would depend on whatever else the machine runs).
 # train     the head: TRAIN_MINUTES from INIT_HEAD, draft vocabulary rebuilt from the data (DRAFT_VOCAB, capped
 #           at the ids the data shows), held-out every 50 steps, stop on plateau (PATIENCE evaluations); the best
 #           held-out head is exported to CANDIDATE (copy it over assets/heads/... once the evaluation confirms it).
@@ -19,7 +20,7 @@
 # The trainer reads the shards' rows per batch (train.data.ShardFile): memory does not grow with the data.
 #
 # Knobs (environment): PER_CATEGORY, MAX_ANSWER_TOKENS, DATA_BATCH, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS,
-# DATA_TIME_LIMIT (s, empty: none), INIT_HEAD, TRAIN_MINUTES, AB_MINUTES, TTT_A, TTT_B, TTT_STEPS, DRAFT_VOCAB,
+# DATA_TIME_LIMIT (s, empty: none), INIT_HEAD, TRAIN_MINUTES, AB_STEPS, TTT_A, TTT_B, TTT_STEPS, DRAFT_VOCAB,
 # TRAIN_BUCKETS, HELDOUT_MAX, PATIENCE, CANDIDATE, OUT (export stage).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,7 +41,7 @@ MAX_PROMPT_TOKENS=${MAX_PROMPT_TOKENS:-160}
 DATA_TIME_LIMIT=${DATA_TIME_LIMIT:-}
 TRAIN_BUCKETS=${TRAIN_BUCKETS:-128,192,256}
 TRAIN_MINUTES=${TRAIN_MINUTES:-40}
-AB_MINUTES=${AB_MINUTES:-12}
+AB_STEPS=${AB_STEPS:-120}
 TTT_A=${TTT_A:-7}
 TTT_B=${TTT_B:-3}
 TTT_STEPS=${TTT_STEPS:-7}
@@ -68,9 +69,10 @@ run_stage() {
         ${DATA_TIME_LIMIT:+--time-limit "$DATA_TIME_LIMIT"} ;;
     baseline)
       train baseline 7 1 --vocab-from-head --max-steps 0 --out "$RUNS/baseline-head" ;;
-    ab)  # matched wall time, evaluations only at the start and the end
+    ab)  # matched steps, evaluations only at the start and the end
       for steps in "$TTT_A" "$TTT_B"; do
-        train "ab-ttt$steps" "$steps" "$AB_MINUTES" --eval-every 100000 --ckpt-every 50 --out "$RUNS/ab-ttt$steps-head"
+        train "ab-ttt$steps" "$steps" 100000 --max-steps "$AB_STEPS" --eval-every 100000 --ckpt-every 50 \
+          --out "$RUNS/ab-ttt$steps-head"
       done ;;
     train)
       train main "$TTT_STEPS" "$TRAIN_MINUTES" --eval-every 50 --ckpt-every 25 --patience "$PATIENCE" \
