@@ -33,3 +33,7 @@ class TokenizerError(EagleError):
 
 class AssetError(EagleError):
     """A required offline asset (default model, evaluation data) is missing or corrupt."""
+
+
+class DataError(EagleError):
+    """A training-data directory or shard is unreadable, damaged, or inconsistent with its manifest."""

@@ -3,55 +3,88 @@
 # after an interruption and each stage continues where it stopped (data: manifest of finished prompts;
 # training: latest checkpoint). Runs in the background; follow the log with `tail -f $LOGDIR/*.log`.
 #
-#   scripts/train_default_head.sh [data|train|export|all]      (default: all, in order)
+#   scripts/train_default_head.sh [data|baseline|ab|train|report|export|all]   (default: all = data, train)
 #
-# Data (issue 17): the nine-category prompt set of mindspore_eagle.train.prompts (PER_CATEGORY conversations per
-# category, about half with a second turn asked after the teacher's own first answer), answered by the
-# continuous-batching generator (train.batch_greedy, top-k in the graph) at DATA_BATCH slots. The full set
-# (9 x 2500 conversations, 21,947 within MAX_PROMPT_TOKENS=160) is an estimated ~4M answer tokens (at ~140 per
-# answer); stop earlier with NUM_CONVERSATIONS or DATA_TIME_LIMIT, rerun to resume (a kill loses only the
-# conversations in flight). Disk: 3.66 KB per stored position, ~1.4 stored positions per answer token (estimated):
-# ~10 GB for 2M answer tokens. Memory (estimated): two teachers, caches of 353 and 609
-# rows x DATA_BATCH slots: ~7.5 GB at 128, ~4 GB at 64.
+# data      the nine-category prompt set of mindspore_eagle.train.prompts (PER_CATEGORY conversations per
+#           category, about half with a second turn asked after the teacher's own first answer), answered by the
+#           continuous-batching generator (train.batch_greedy, top-k in the graph) at DATA_BATCH slots, until the
+#           directory holds MAX_ANSWER_TOKENS answer tokens (default 2M; ~390 answer tok/s with
+#           MSE_KERNEL_THREADS=2 on 2 cores: ~1.5 h). Disk: ~4.9 KB per answer token (~10 GB for 2M).
+# baseline  the current head (INIT_HEAD, its own vocabulary) evaluated on this data's held-out sample, 0 steps.
+# ab        the recipe comparison: TTT_A vs TTT_B training-time-test steps, AB_STEPS optimizer steps each from
+#           INIT_HEAD (matched steps: a time budget would depend on whatever else the machine runs).
+# train     the head: TRAIN_MINUTES from INIT_HEAD, draft vocabulary rebuilt from the data (DRAFT_VOCAB, capped
+#           at the ids the data shows), held-out every 50 steps, stop on plateau (PATIENCE evaluations); the best
+#           held-out head is exported to CANDIDATE (copy it over assets/heads/... once the evaluation confirms it).
+# report    results/head-training: table, JSON lines and held-out curves of the runs above.
+# The trainer reads the shards' rows per batch (train.data.ShardFile): memory does not grow with the data.
 #
-# Knobs (environment): PER_CATEGORY, NUM_CONVERSATIONS, DATA_BATCH, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS,
-# DATA_TIME_LIMIT (s, empty: none), TRAIN_MINUTES, MAX_STEPS, DRAFT_VOCAB, TTT_STEPS, TRAIN_BUCKETS, OUT.
+# Knobs (environment): PER_CATEGORY, MAX_ANSWER_TOKENS, DATA_BATCH, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS,
+# DATA_TIME_LIMIT (s, empty: none), INIT_HEAD, TRAIN_MINUTES, AB_STEPS, TTT_A, TTT_B, TTT_STEPS, DRAFT_VOCAB,
+# TRAIN_BUCKETS, HELDOUT_MAX, PATIENCE, CANDIDATE, OUT (export stage).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GLOG_v=3
 PY=${PY:-.venv/bin/python}
 HOME_DIR=${MINDSPORE_EAGLE_HOME:-$HOME/.cache/mindspore_eagle}
-DATA=${DATA:-$HOME_DIR/train_data/smollm2-135m-chat}  # issue 17 data; the earlier set lives in .../smollm2-135m
-RUN=${RUN:-$HOME_DIR/train_runs/smollm2-135m-eagle3}
+DATA=${DATA:-$HOME_DIR/train_data/smollm2-135m-chat}
+RUNS=${RUNS:-$HOME_DIR/train_runs}
 OUT=${OUT:-assets/heads/smollm2-135m-eagle3}
+CANDIDATE=${CANDIDATE:-$HOME_DIR/heads/smollm2-135m-eagle3-chat}
+INIT_HEAD=${INIT_HEAD:-assets/heads/smollm2-135m-eagle3}
 LOGDIR=${LOGDIR:-$HOME_DIR/train_logs}
 PER_CATEGORY=${PER_CATEGORY:-2500}
-NUM_CONVERSATIONS=${NUM_CONVERSATIONS:-}
+MAX_ANSWER_TOKENS=${MAX_ANSWER_TOKENS:-2000000}
 DATA_BATCH=${DATA_BATCH:-128}
 MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-192}
 MAX_PROMPT_TOKENS=${MAX_PROMPT_TOKENS:-160}
 DATA_TIME_LIMIT=${DATA_TIME_LIMIT:-}
 TRAIN_BUCKETS=${TRAIN_BUCKETS:-128,192,256}
-TRAIN_MINUTES=${TRAIN_MINUTES:-35}
-DRAFT_VOCAB=${DRAFT_VOCAB:-6144}
+TRAIN_MINUTES=${TRAIN_MINUTES:-40}
+AB_STEPS=${AB_STEPS:-120}
+TTT_A=${TTT_A:-7}
+TTT_B=${TTT_B:-3}
 TTT_STEPS=${TTT_STEPS:-7}
-MAX_STEPS=${MAX_STEPS:-400}
+DRAFT_VOCAB=${DRAFT_VOCAB:-6144}
+HELDOUT_MAX=${HELDOUT_MAX:-128}
+PATIENCE=${PATIENCE:-4}
 STAGE=${1:-all}
+export MSE_KERNEL_THREADS=${MSE_KERNEL_THREADS:-2}  # a dedicated machine: the generator's 128-row forwards gain
 mkdir -p "$LOGDIR"
+
+train() {  # train RUN_NAME TTT_STEPS MINUTES [extra trainer flags...]
+  local name=$1 steps=$2 minutes=$3
+  shift 3
+  "$PY" -m mindspore_eagle.train.trainer --data "$DATA" --run-dir "$RUNS/$name" --ttt-steps "$steps" \
+    --draft-vocab "$DRAFT_VOCAB" --time-limit-min "$minutes" --buckets "$TRAIN_BUCKETS" --prompt-loss \
+    --heldout-max "$HELDOUT_MAX" --init-head "$INIT_HEAD" "$@"
+}
 
 run_stage() {
   case "$1" in
     data)
       "$PY" -m mindspore_eagle.train.data --out "$DATA" --per-category "$PER_CATEGORY" \
-        ${NUM_CONVERSATIONS:+--num-conversations "$NUM_CONVERSATIONS"} --batch-size "$DATA_BATCH" \
+        --max-answer-tokens "$MAX_ANSWER_TOKENS" --batch-size "$DATA_BATCH" \
         --max-new-tokens "$MAX_NEW_TOKENS" --max-prompt-tokens "$MAX_PROMPT_TOKENS" \
         ${DATA_TIME_LIMIT:+--time-limit "$DATA_TIME_LIMIT"} ;;
+    baseline)
+      train baseline 7 1 --vocab-from-head --max-steps 0 --out "$RUNS/baseline-head" ;;
+    ab)  # matched steps, evaluations only at the start and the end
+      for steps in "$TTT_A" "$TTT_B"; do
+        train "ab-ttt$steps" "$steps" 100000 --max-steps "$AB_STEPS" --eval-every 100000 --ckpt-every 50 \
+          --out "$RUNS/ab-ttt$steps-head"
+      done ;;
     train)
-      "$PY" -m mindspore_eagle.train.trainer --data "$DATA" --run-dir "$RUN" --out "$OUT" \
-        --draft-vocab "$DRAFT_VOCAB" --ttt-steps "$TTT_STEPS" --time-limit-min "$TRAIN_MINUTES" \
-        --max-steps "$MAX_STEPS" --buckets "$TRAIN_BUCKETS" --prompt-loss --eval-every 50 --ckpt-every 25 ;;
+      train main "$TTT_STEPS" "$TRAIN_MINUTES" --eval-every 50 --ckpt-every 25 --patience "$PATIENCE" \
+        --out "$CANDIDATE" ;;
+    report)
+      runs=()
+      for r in baseline "ab-ttt$TTT_A" "ab-ttt$TTT_B" main; do
+        [ -f "$RUNS/$r/state.json" ] && runs+=("$r=$RUNS/$r")
+      done
+      "$PY" scripts/head_runs_report.py results/head-training "${runs[@]}" ;;
     export)
-      "$PY" -m mindspore_eagle.train.trainer --data "$DATA" --run-dir "$RUN" --out "$OUT" --export-only ;;
+      "$PY" -m mindspore_eagle.train.trainer --data "$DATA" --run-dir "$RUNS/main" --out "$OUT" --export-only ;;
   esac
 }
 

@@ -14,7 +14,8 @@ import time
 import numpy as np
 import pytest
 
-from mindspore_eagle.train.data import (MANIFEST, Sequence_, bytes_per_token, conversation_id, load_sequences,
+from mindspore_eagle.train.data import (MANIFEST, Sequence_, ShardFile, bytes_per_token, conversation_id,
+                                        index_sequences, load_sequences,
                                         read_manifest, write_shard)
 from mindspore_eagle.train.trainer import heldout
 
@@ -92,3 +93,67 @@ def test_a_killed_run_resumes_and_loses_only_conversations_in_flight(tiny_taps_d
     assert len(ids) == len(set(ids)) == n  # every conversation exactly once
     assert _contents(cut) == _contents(ref)  # and the same tokens as the uninterrupted run
     assert sum(pid.endswith("-t2") for pid in _contents(ref)) == n // 4
+
+
+def _shard(tmp_path, seqs, name="shard_00000.npz"):
+    write_shard(str(tmp_path), 0, seqs)
+    (tmp_path / MANIFEST).write_text(json.dumps({"shard": name, "ids": [s.pid for s in seqs]}) + "\n")
+    return tmp_path / name
+
+
+def test_indexed_sequences_read_exactly_their_own_rows_from_disk(tmp_path):
+    """The trainer's index keeps only tokens in memory; each ``load`` reads that sequence's rows with one
+    pread, equal to slicing the arrays ``np.load`` returns for the whole shard."""
+    seqs = [_seq(f"c{i}", int(n), int(p), width=9, k=4) for i, (n, p) in enumerate([(7, 3), (2, 1), (30, 5), (4, 4)])]
+    path = _shard(tmp_path, seqs)
+    index = index_sequences(str(tmp_path))
+    assert [s.pid for s in index] == [s.pid for s in seqs]
+    assert not hasattr(index[0], "features")
+    with np.load(path) as z:
+        feats, ids = z["features"], z["topk_ids"]
+    row = 0
+    for ref, stored in zip(seqs, index):
+        got = stored.load()
+        n = len(ref.tokens) - 1
+        assert np.array_equal(got.features, feats[row:row + n]) and np.array_equal(got.features, ref.features)
+        assert np.array_equal(got.topk_ids, ids[row:row + n]) and np.array_equal(got.topk_logits, ref.topk_logits)
+        assert got.prompt_len == ref.prompt_len and np.array_equal(got.tokens, ref.tokens)
+        row += n
+
+
+def test_a_compressed_or_truncated_shard_is_refused_with_a_data_error(tmp_path):
+    from mindspore_eagle.errors import DataError
+
+    seqs = [_seq("a", 9, 2), _seq("b", 5, 1)]
+    (tmp_path / "intact").mkdir()
+    intact = _shard(tmp_path / "intact", seqs)
+    with pytest.raises(DataError, match="outside"):
+        ShardFile(str(intact)).rows("features", 0, 10 ** 6)
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    blob = intact.read_bytes()
+    (cut / intact.name).write_bytes(blob[: len(blob) // 2])
+    (cut / MANIFEST).write_text((tmp_path / "intact" / MANIFEST).read_text())
+    with pytest.raises(DataError, match="shard"):
+        index_sequences(str(cut))
+    with np.load(intact) as z:
+        arrays = {k: z[k] for k in z.files}
+    packed = tmp_path / "packed.npz"
+    np.savez_compressed(packed, **arrays)
+    with pytest.raises(DataError, match="compressed"):
+        ShardFile(str(packed))
+
+
+def test_generation_stops_at_an_answer_token_limit_and_a_larger_limit_resumes(tiny_taps_dir, tmp_path):
+    from mindspore_eagle.evalset import EvalItem
+    from mindspore_eagle.train.data import run_generation, stored_answer_tokens
+
+    items = [EvalItem(f"c{i:03d}", "test", turns_ids=((1, 5, 9, 3 + i % 50, 7 + i % 13),)) for i in range(40)]
+    out = str(tmp_path / "d")
+    run_generation(tiny_taps_dir, out, items, None, 4, 12, 8, None, 16, (24, 40), max_answer_tokens=50)
+    first = stored_answer_tokens(out)
+    done = {s.pid for s in load_sequences(out)}
+    assert 50 <= first < 40 * 12 and len(done) < 40  # stopped early, at or past the limit
+    rest = [i for i in items if i.id not in done]
+    run_generation(tiny_taps_dir, out, rest, None, 4, 12, 8, None, 16, (24, 40), max_answer_tokens=150)
+    assert stored_answer_tokens(out) >= 150 and len({s.pid for s in load_sequences(out)}) > len(done)

@@ -252,3 +252,44 @@ def test_train_draft_cli_trains_exports_and_resumes(tiny, tiny_dir, tmp_path, ca
     assert "resumed from step 3" in capsys.readouterr().err
     state2 = json.loads((tmp_path / "run" / "state.json").read_text())
     assert state2["step"] == 5 and state2["train_seconds"] >= state["train_seconds"]
+
+
+def test_a_run_started_from_a_head_keeps_its_weights_and_moves_lm_head_rows_by_token(tiny, tiny_dir, tmp_path):
+    """``--init-head``: with ``--vocab-from-head`` and ``--max-steps 0`` the exported head equals the initial one
+    tensor for tensor (the evaluation-only baseline of a new data set); with a vocabulary built from the data,
+    every token both vocabularies hold keeps its lm_head row."""
+    import json
+    import os
+
+    from safetensors.numpy import load_file
+
+    from mindspore_eagle import cli
+    from mindspore_eagle.train.data import MANIFEST, write_shard
+
+    rng = np.random.default_rng(11)
+    seqs = _generate(tiny[0], [list(rng.integers(1, 90, size=5)) for _ in range(16)], NEW, prefix="q")
+    data = tmp_path / "data"
+    data.mkdir()
+    name = os.path.basename(write_shard(str(data), 0, seqs))
+    (data / MANIFEST).write_text(json.dumps({"shard": name, "ids": [s.pid for s in seqs]}) + "\n")
+    common = ["train-draft", "--teacher", tiny_dir, "--data", str(data), "--ttt-steps", "2", "--buckets", "16",
+              "--tokens-per-batch", "64", "--heldout", "0.25", "--dtype", "float32"]
+
+    def run(out, *extra):
+        assert cli.main(common + ["--out", str(tmp_path / out), "--run-dir", str(tmp_path / f"run-{out}"),
+                                  *extra]) == 0
+        return load_file(str(tmp_path / out / "model.safetensors"))
+
+    first = run("h1", "--draft-vocab", "40", "--max-steps", "2")
+    same = run("h2", "--init-head", str(tmp_path / "h1"), "--vocab-from-head", "--max-steps", "0")
+    assert sorted(same) == sorted(first)
+    assert all(np.array_equal(same[k], first[k]) for k in first)
+    moved = run("h3", "--init-head", str(tmp_path / "h1"), "--draft-vocab", "30", "--max-steps", "0")
+    old_ids = np.arange(40) + first["d2t"]
+    new_ids = np.arange(30) + moved["d2t"]
+    shared = np.intersect1d(old_ids, new_ids)
+    assert len(shared) >= 20
+    for t in shared:  # lm_head is [Vd, H] in the public layout
+        assert np.array_equal(moved["lm_head.weight"][np.searchsorted(new_ids, t)],
+                              first["lm_head.weight"][np.searchsorted(old_ids, t)])
+    assert np.array_equal(moved["fc.weight"], first["fc.weight"])

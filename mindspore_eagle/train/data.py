@@ -36,10 +36,12 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..atomic import write_text
+from ..errors import ConfigError, DataError
 from .sequence import Sequence_
 
 MANIFEST = "manifest.jsonl"
@@ -83,25 +85,100 @@ def read_manifest(out_dir: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def load_sequences(data_dir: str) -> list[Sequence_]:
-    """Every finished sequence of a data directory (only shards listed in the manifest)."""
+class ShardFile:
+    """Random access to the arrays of one shard without reading it whole.
+
+    ``np.savez`` stores every array uncompressed (``ZIP_STORED``) as an ``.npy`` member, so an array's rows sit
+    at a fixed byte offset in the ``.npz``: this reads the zip's local headers and the ``.npy`` headers once and
+    then serves any row range with one ``pread``. Why: the 2M-token training set is ~10 GB of features; reading
+    only the rows of the current batch keeps the trainer's memory at the size of a batch, not of the data.
+    A shard with a compressed member is refused with a ``DataError`` naming it (``savez_compressed`` is not
+    what ``write_shard`` writes)."""
+
+    def __init__(self, path: str):
+        import zipfile
+
+        self.path = path
+        self.members: dict[str, tuple[int, np.dtype, tuple[int, ...]]] = {}  # name -> (data offset, dtype, shape)
+        try:
+            with zipfile.ZipFile(path) as zf, open(path, "rb") as f:
+                for info in zf.infolist():
+                    if info.compress_type != zipfile.ZIP_STORED:
+                        raise DataError(f"{path}: member {info.filename} is compressed; shards are written "
+                                        f"uncompressed by train.data.write_shard -- regenerate the shard")
+                    f.seek(info.header_offset)
+                    local = f.read(30)
+                    if local[:4] != b"PK\x03\x04":
+                        raise DataError(f"{path}: bad zip local header for {info.filename}; the shard is damaged")
+                    name_len = int.from_bytes(local[26:28], "little")
+                    extra_len = int.from_bytes(local[28:30], "little")
+                    f.seek(info.header_offset + 30 + name_len + extra_len)
+                    version = np.lib.format.read_magic(f)
+                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                   else np.lib.format.read_array_header_2_0)
+                    shape, fortran, dtype = read_header(f)
+                    if fortran or dtype.hasobject:
+                        raise DataError(f"{path}: member {info.filename} is not a C-ordered plain array")
+                    self.members[info.filename[:-4] if info.filename.endswith(".npy") else info.filename] = (
+                        f.tell(), dtype, tuple(shape))
+        except (zipfile.BadZipFile, ValueError, OSError) as exc:
+            raise DataError(f"{path}: not a readable training shard ({exc}); regenerate it") from None
+
+    def rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)`` of array ``name`` (a fresh array, nothing else of the shard kept)."""
+        offset, dtype, shape = self.members[name]
+        if not 0 <= start <= stop <= shape[0]:
+            raise DataError(f"{self.path}: rows [{start}, {stop}) of {name} outside its {shape[0]} rows")
+        row_bytes = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
+        out = np.empty((stop - start,) + shape[1:], dtype)
+        with open(self.path, "rb") as f:
+            f.seek(offset + start * row_bytes)
+            if f.readinto(memoryview(out).cast("B")) != out.nbytes:
+                raise DataError(f"{self.path}: {name} ends early (truncated shard); regenerate it")
+        return out
+
+    def array(self, name: str) -> np.ndarray:
+        return self.rows(name, 0, self.members[name][2][0])
+
+
+@dataclass(frozen=True)
+class StoredSequence:
+    """A sequence of a shard as the trainer indexes it: tokens and prompt length in memory (what batching by
+    length needs), the feature and top-k rows read from the shard by ``load`` when its batch comes."""
+
+    pid: str
+    tokens: np.ndarray  # [N] int32
+    prompt_len: int
+    shard: ShardFile
+    row: int  # its first feature/top-k row in the shard
+
+    def load(self) -> Sequence_:
+        n = len(self.tokens) - 1
+        return Sequence_(self.pid, self.tokens, self.prompt_len,
+                         *(self.shard.rows(k, self.row, self.row + n) for k in ("features", "topk_ids", "topk_logits")))
+
+
+def index_sequences(data_dir: str) -> list[StoredSequence]:
+    """Every finished sequence of a data directory (only shards listed in the manifest), features left on disk."""
     out = []
     for rec in read_manifest(data_dir):
-        # Each ``z[key]`` decompresses the whole array again, and a slice keeps its whole base alive: read
-        # every array once per shard and copy each sequence's rows out (else memory grows ~16x per shard).
-        with np.load(os.path.join(data_dir, rec["shard"])) as z:
-            arrays = {k: z[k] for k in ("ids", "lengths", "prompt_lens", "tokens", "features", "topk_ids",
-                                        "topk_logits")}
+        shard = ShardFile(os.path.join(data_dir, rec["shard"]))
+        ids, lengths, prompt_lens = (shard.array(k) for k in ("ids", "lengths", "prompt_lens"))
+        tokens = shard.array("tokens")
+        if int(lengths.sum()) != len(tokens) or shard.members["features"][2][0] != int((lengths - 1).sum()):
+            raise DataError(f"{shard.path}: lengths do not add up to its token/feature rows; regenerate it")
         t_off = f_off = 0
-        for pid, n, p in zip(arrays["ids"], arrays["lengths"], arrays["prompt_lens"]):
+        for pid, n, p in zip(ids, lengths, prompt_lens):
             n, p = int(n), int(p)
-            rows = slice(f_off, f_off + n - 1)
-            out.append(Sequence_(str(pid), arrays["tokens"][t_off:t_off + n].copy(), p,
-                                 arrays["features"][rows].copy(), arrays["topk_ids"][rows].copy(),
-                                 arrays["topk_logits"][rows].copy()))
+            out.append(StoredSequence(str(pid), tokens[t_off:t_off + n].copy(), p, shard, f_off))
             t_off += n
             f_off += n - 1
     return out
+
+
+def load_sequences(data_dir: str) -> list[Sequence_]:
+    """Every finished sequence with its features in memory (small data sets and tests; the trainer indexes)."""
+    return [s.load() for s in index_sequences(data_dir)]
 
 
 class _Progress:
@@ -146,15 +223,23 @@ def _sigterm_as_interrupt():
 def generate_dataset(model_dir: str, out_dir: str, num_conversations: int | None = None, batch_size: int = 128,
                      max_new_tokens: int = 192, max_prompt_tokens: int = 160, topk: int = 32, seed: int = 0,
                      time_limit_s: float | None = None, per_category: int = 2500, second_turns: bool = True,
-                     block: int = 2048, followup_tokens: int = 64) -> int:
+                     block: int = 2048, followup_tokens: int = 64, max_answer_tokens: int | None = None) -> int:
     """Generate (or resume) the dataset of the training prompt set; returns the finished conversations in
     ``out_dir``. First turns longer than ``max_prompt_tokens`` are left out. Single-turn conversations run on a
     cache of ``max_prompt_tokens + max_new_tokens + 1`` rows, two-turn ones on ``max_new_tokens +
-    followup_tokens`` rows more (the step cost grows with the cache, so the short ones do not pay for the long)."""
+    followup_tokens`` rows more (the step cost grows with the cache, so the short ones do not pay for the long).
+    ``max_answer_tokens``: stop (resumably) once the directory holds that many answer tokens."""
     from ..tokenizer import load_tokenizer
     from .prompts import as_items, build_conversations
 
+    if max_answer_tokens is not None and max_answer_tokens <= 0:
+        raise ConfigError(f"max_answer_tokens={max_answer_tokens}: must be > 0")
     os.makedirs(out_dir, exist_ok=True)
+    held = stored_answer_tokens(out_dir)
+    if max_answer_tokens is not None and held >= max_answer_tokens:
+        print(f"{out_dir} already holds {held} answer tokens (>= {max_answer_tokens}): nothing to generate",
+              file=sys.stderr)
+        return len(finished_conversations(out_dir))
     tok = load_tokenizer(model_dir)
     convs = build_conversations(per_category, seed, 0.5 if second_turns else 0.0)[:num_conversations]
     write_text(os.path.join(out_dir, CONVERSATIONS_FILE), "".join(json.dumps(c) + "\n" for c in convs))
@@ -171,8 +256,13 @@ def generate_dataset(model_dir: str, out_dir: str, num_conversations: int | None
         print(f"{too_long} conversations left out: first turn longer than {max_prompt_tokens} tokens", file=sys.stderr)
     rows_one = max_prompt_tokens + max_new_tokens + 1
     run_generation(model_dir, out_dir, items, tok, batch_size, max_new_tokens, topk, time_limit_s, block,
-                   (rows_one, rows_one + max_new_tokens + followup_tokens))
+                   (rows_one, rows_one + max_new_tokens + followup_tokens), max_answer_tokens)
     return len(finished_conversations(out_dir))
+
+
+def stored_answer_tokens(out_dir: str) -> int:
+    """Answer tokens of the shards listed in the manifest."""
+    return int(sum(rec.get("answer_tokens", 0) for rec in read_manifest(out_dir)))
 
 
 def finished_conversations(out_dir: str) -> set[str]:
@@ -180,13 +270,15 @@ def finished_conversations(out_dir: str) -> set[str]:
 
 
 def run_generation(model_dir: str, out_dir: str, items: list, tokenizer, batch_size: int, max_new_tokens: int,
-                   topk: int, time_limit_s: float | None, block: int, cache_rows: tuple[int, int]) -> None:
+                   topk: int, time_limit_s: float | None, block: int, cache_rows: tuple[int, int],
+                   max_answer_tokens: int | None = None) -> None:
     """Generate ``items`` (``EvalItem`` conversations, none of them finished yet) into shards of ``out_dir``.
 
     Blocks of ``block`` conversations (so every category and both kinds progress together); in each,
     single-turn conversations on a cache of ``cache_rows[0]`` rows, then longer ones on ``cache_rows[1]``
     (at most two teachers for the run). A shard is written every ``batch_size // 4`` finished conversations
-    and when the run stops (time limit, Ctrl-C, SIGTERM), so an interruption loses the conversations in flight.
+    and when the run stops (time limit, answer-token limit, Ctrl-C, SIGTERM), so an interruption loses the
+    conversations in flight.
     """
     from ..config import RuntimeConfig
     from ..teacher import Teacher
@@ -229,7 +321,11 @@ def run_generation(model_dir: str, out_dir: str, items: list, tokenizer, batch_s
 
     t0 = time.time()
 
+    tokens0 = stored_answer_tokens(out_dir)
+
     def over(_=None) -> bool:
+        if max_answer_tokens is not None and tokens0 + state["tokens"] >= max_answer_tokens:
+            return True
         return time_limit_s is not None and time.time() - t0 > time_limit_s
 
     generators: dict[int, object] = {}
@@ -252,7 +348,9 @@ def run_generation(model_dir: str, out_dir: str, items: list, tokenizer, batch_s
                     if group and not over():
                         generator(rows).run(group, on_finished, should_stop=over)
         if over():
-            print(f"\ntime limit {time_limit_s:.0f}s reached; rerun to resume", file=sys.stderr)
+            why = (f"{max_answer_tokens} answer tokens" if max_answer_tokens is not None
+                   and tokens0 + state["tokens"] >= max_answer_tokens else f"time limit {time_limit_s:.0f}s")
+            print(f"\n{why} reached; rerun to resume", file=sys.stderr)
     except KeyboardInterrupt:
         print("\ninterrupted; rerun to resume", file=sys.stderr)
         raise
@@ -278,11 +376,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-prompt-tokens", type=int, default=160)
     ap.add_argument("--topk", type=int, default=32)
     ap.add_argument("--time-limit", type=float, default=None, help="stop (resumably) after this many seconds")
+    ap.add_argument("--max-answer-tokens", type=int, default=None,
+                    help="stop (resumably) once the directory holds this many answer tokens")
     a = ap.parse_args(argv)
     try:
         n = generate_dataset(a.teacher or default_model_dir(), a.out, a.num_conversations, a.batch_size,
                              a.max_new_tokens, a.max_prompt_tokens, a.topk, time_limit_s=a.time_limit,
-                             per_category=a.per_category, second_turns=not a.no_second_turns)
+                             per_category=a.per_category, second_turns=not a.no_second_turns,
+                             max_answer_tokens=a.max_answer_tokens)
     except KeyboardInterrupt:
         return 130
     print(f"{n} conversations in {a.out}")

@@ -28,7 +28,7 @@ import numpy as np
 from ..atomic import check_output_dir
 from ..checkpoint import load_tensors, save_tensors, tensor_shapes
 from ..errors import CheckpointError, ConfigError
-from .data import Sequence_, conversation_id, load_sequences
+from .data import Sequence_, StoredSequence, conversation_id, index_sequences
 from .ttt import TTTLoss, pack_batch, simulated_tau
 from .vocab import DraftVocab, build_draft_vocab, count_tokens, coverage
 
@@ -44,7 +44,7 @@ def heldout(pid: str, fraction: float) -> bool:
     return int(hashlib.sha1(conversation_id(pid).encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < fraction
 
 
-def make_batches(seqs: list[Sequence_], buckets: tuple[int, ...], tokens_per_batch: int, rng: np.random.Generator,
+def make_batches(seqs: list[StoredSequence] | list[Sequence_], buckets: tuple[int, ...], tokens_per_batch: int, rng: np.random.Generator,
                  shuffle: bool = True) -> list[tuple[int, list[Sequence_]]]:
     """``(T, sequences)`` batches: each sequence goes to the smallest bucket holding its entries (longer ones are
     truncated to the largest), ``tokens_per_batch // T`` sequences per batch (last partial batch padded later)."""
@@ -89,6 +89,123 @@ def init_head(cfg, teacher_cell, vocab: DraftVocab, seed: int):
     if cfg.has_vocab_map:
         head.set_vocab_map(vocab.d2t, vocab.t2d)
     return head, table
+
+
+def _loaded(seqs) -> list[Sequence_]:
+    """The batch's sequences with their rows in memory (``StoredSequence`` is read from its shard now)."""
+    return [x.load() if isinstance(x, StoredSequence) else x for x in seqs]
+
+
+def heldout_sample(seqs: list, limit: int) -> list:
+    """At most ``limit`` held-out sequences, the same ones on every run and resume (the lowest id hashes):
+    evaluating all of a 2M-token set's held-out split would cost minutes per evaluation."""
+    if limit <= 0 or len(seqs) <= limit:
+        return list(seqs)
+    return sorted(seqs, key=lambda s: hashlib.sha1(s.pid.encode()).hexdigest())[:limit]
+
+
+class Plateau:
+    """Stop rule on the held-out simulated tau: stop after ``patience`` evaluations in a row that did not beat
+    the best by more than ``min_delta`` (``patience`` 0: never). State is the evaluation history, so a resumed
+    run continues the count."""
+
+    def __init__(self, patience: int, min_delta: float):
+        if patience < 0 or min_delta < 0:
+            raise ConfigError(f"--patience {patience} / --min-delta {min_delta}: must be >= 0")
+        self.patience, self.min_delta = patience, min_delta
+
+    def reached(self, history: list[dict]) -> bool:
+        if not self.patience or len(history) <= self.patience:
+            return False
+        taus = [h["tau"] for h in history]
+        best_before = max(taus[:-self.patience])
+        return max(taus[-self.patience:]) <= best_before + self.min_delta
+
+
+def _first_answer_tokens(seqs: list, limit: int) -> list:
+    """The shortest prefix of ``seqs`` (in data order: every category progresses together, see ``train.data``)
+    holding at least ``limit`` answer tokens, whole conversations only: a smaller data set of the same mix."""
+    if limit <= 0:
+        raise ConfigError(f"--max-answer-tokens {limit}: must be > 0")
+    out, total = [], 0
+    for s in seqs:
+        if total >= limit and conversation_id(s.pid) != conversation_id(out[-1].pid):
+            break
+        out.append(s)
+        total += len(s.tokens) - s.prompt_len
+    return out
+
+
+def _count_candidates(seqs: list, vocab_size: int) -> np.ndarray:
+    """How often each id is among the teacher's stored top-k, read shard by shard (never all rows at once)."""
+    counts = np.zeros(vocab_size, np.int64)
+    by_shard: dict[int, tuple] = {}
+    for s in seqs:
+        if isinstance(s, StoredSequence):
+            by_shard.setdefault(id(s.shard), (s.shard, []))[1].append(s)
+        else:
+            counts += count_tokens([s.topk_ids], vocab_size)
+    for shard, members in by_shard.values():
+        topk = shard.array("topk_ids")
+        counts += count_tokens([topk[s.row:s.row + len(s.tokens) - 1] for s in members], vocab_size)
+    return counts
+
+
+def _read_init_head(path: str, tcfg):
+    """``(weights in our layout, its DraftVocab)`` of a head to start from, refused unless it drafts for a
+    teacher of this shape (hidden size, heads, aux taps)."""
+    from ..convert.eagle3 import read_checked_head
+
+    cfg, tensors, d2t, _ = read_checked_head(path)
+    if (cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.vocab_size) != (
+            tcfg.hidden_size, tcfg.num_heads, tcfg.num_kv_heads, tcfg.vocab_size) or (
+            cfg.aux_layer_ids and tuple(cfg.aux_layer_ids) != tuple(tcfg.aux_layer_ids)):
+        raise ConfigError(f"--init-head {path}: its shape (hidden {cfg.hidden_size}, heads {cfg.num_heads}/"
+                          f"{cfg.num_kv_heads}, vocab {cfg.vocab_size}, taps {cfg.aux_layer_ids}) is not this "
+                          f"teacher's head shape")
+    vocab = (DraftVocab.from_d2t(d2t, cfg.vocab_size) if d2t is not None
+             else DraftVocab.from_target_ids(range(cfg.vocab_size), cfg.vocab_size))
+    return tensors, vocab
+
+
+def _start_from(head, init, vocab: DraftVocab) -> None:
+    """Copy ``init``'s weights into ``head``; ``lm_head`` columns (ours ``[H, Vd]``) by target id."""
+    from mindspore import Tensor
+
+    tensors, old = init
+    params = head.weight_parameters()
+    for name, p in params.items():
+        if name == "lm_head.weight":
+            lm = p.asnumpy()  # columns = the teacher's output embedding rows (init_head)
+            shared = old.draft_of[vocab.target_ids]  # old draft id of each new draft id, -1 if absent
+            hit = shared >= 0
+            trained = np.asarray(tensors[name], np.float32)[:, shared[hit]]
+            # A trained column is its teacher row plus a learned shift with a large common part; a new id's
+            # column gets that common part too, else it scores on another scale than the trained ones (measured:
+            # held-out acc_0 0.013 at step 0 without it, half the ids new).
+            if hit.any() and not hit.all():
+                lm[:, ~hit] += (trained - lm[:, hit]).mean(axis=1, keepdims=True)
+            lm[:, hit] = trained
+            p.set_data(Tensor(lm))
+        elif name in tensors:
+            arr = np.asarray(tensors[name], np.float32)
+            if arr.shape != tuple(p.shape):
+                raise ConfigError(f"--init-head: {name} has shape {arr.shape}, this head needs {tuple(p.shape)}")
+            p.set_data(Tensor(arr))
+    print(f"initialised from the head ({int((old.draft_of[vocab.target_ids] >= 0).sum())} of {vocab.size} "
+          f"draft ids shared)", file=sys.stderr)
+
+
+def peak_rss_gb() -> float:
+    """Peak resident memory of this process (GB), from ``/proc/self/status`` ``VmHWM`` (0 where unavailable)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1e6, 2)
+    except OSError:
+        pass
+    return 0.0
 
 
 class WarmupCosine:
@@ -140,11 +257,12 @@ class Trainer:
         self.step = 0
 
     # ---- one batch ------------------------------------------------------------------------------------
-    def train_batch(self, t: int, seqs: list[Sequence_], prompt_loss: bool = False, time_frac: float = 0.0):
+    def train_batch(self, t: int, seqs: list[StoredSequence] | list[Sequence_], prompt_loss: bool = False,
+                    time_frac: float = 0.0):
         from mindspore import Tensor
 
         lr = Tensor(np.float32(self.schedule(self.step, time_frac)))
-        arrays = pack_batch(seqs, self.vocab, t, self.steps, prompt_loss)
+        arrays = pack_batch(_loaded(seqs), self.vocab, t, self.steps, prompt_loss)
         loss, (losses, correct, counts) = self._train_step(lr, *[Tensor(a) for a in arrays])
         self.step += 1
         return float(loss.asnumpy()), losses.asnumpy(), correct.asnumpy(), counts.asnumpy()
@@ -158,7 +276,7 @@ class Trainer:
         counts = np.zeros(self.steps)
         loss_sum, n = 0.0, 0
         for t, seqs in batches:
-            arrays = pack_batch(seqs, self.vocab, t, self.steps)
+            arrays = pack_batch(_loaded(seqs), self.vocab, t, self.steps)
             loss, (_, c, m) = self._eval(*[Tensor(a) for a in arrays])
             loss_sum += float(loss.asnumpy())
             n += 1
@@ -217,7 +335,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--clip", type=float, default=0.5)
     ap.add_argument("--tokens-per-batch", type=int, default=1024)
     ap.add_argument("--buckets", default="128,192,256")
-    ap.add_argument("--heldout", type=float, default=0.08)
+    ap.add_argument("--heldout", type=float, default=0.08, help="fraction of conversations held out")
+    ap.add_argument("--heldout-max", type=int, default=256,
+                    help="held-out sequences evaluated (a fixed sample of the split; 0: all)")
+    ap.add_argument("--patience", type=int, default=0,
+                    help="stop after this many evaluations without a held-out tau gain (0: never)")
+    ap.add_argument("--min-delta", type=float, default=0.003, help="held-out tau gain that counts for --patience")
+    ap.add_argument("--max-answer-tokens", type=int, default=None,
+                    help="train on the first sequences of the data holding this many answer tokens (scaling runs)")
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--ckpt-every", type=int, default=50)
     ap.add_argument("--time-limit-min", type=float, default=None,
@@ -225,6 +350,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--prompt-loss", action="store_true", help="also train on prompt positions")
     ap.add_argument("--dtype", default="float16", choices=("float16", "float32"), help="exported weight dtype")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--init-head", default=None,
+                    help="start from this head (public EAGLE-3 directory); lm_head rows move to the new draft "
+                         "vocabulary by target id, rows of ids it lacks start from the teacher's embedding plus the "
+                         "head's mean learned shift")
+    ap.add_argument("--vocab-from-head", action="store_true",
+                    help="keep --init-head's draft vocabulary instead of building one from the data")
     ap.add_argument("--export-only", action="store_true", help="export the best head of --run-dir and stop")
     return ap
 
@@ -250,22 +381,41 @@ def train_draft_main(argv: list[str] | None = None) -> int:
         generate_dataset(teacher_dir, data_dir, a.num_prompts)
     tcfg = TeacherConfig.load(teacher_dir)
     teacher = Teacher.load(teacher_dir, RuntimeConfig(max_cache_len=64, batch_size=1, buckets=(1,), prefill_chunk=1))
-    seqs = load_sequences(data_dir)
+    plateau = Plateau(a.patience, a.min_delta)
+    seqs = index_sequences(data_dir)  # features stay on disk: a batch reads its rows (data.ShardFile)
     train = [s for s in seqs if not heldout(s.pid, a.heldout)]
-    held = [s for s in seqs if heldout(s.pid, a.heldout)]
+    held = heldout_sample([s for s in seqs if heldout(s.pid, a.heldout)], a.heldout_max)
+    if a.max_answer_tokens is not None:
+        train = _first_answer_tokens(train, a.max_answer_tokens)
+    if not train or not held:
+        raise ConfigError(f"{data_dir}: {len(train)} training / {len(held)} held-out sequences; need both "
+                          f"(more data or another --heldout)")
 
+    init = _read_init_head(a.init_head, tcfg) if a.init_head else None
+    if a.vocab_from_head and init is None:
+        raise ConfigError("--vocab-from-head needs --init-head")
     vocab_path = os.path.join(run_dir, VOCAB_FILE)
-    if os.path.isfile(vocab_path):
+    if a.vocab_from_head:
+        vocab = init[1]
+        np.savez(vocab_path, d2t=vocab.d2t)
+    elif os.path.isfile(vocab_path):
         vocab = DraftVocab.from_d2t(np.load(vocab_path)["d2t"], tcfg.vocab_size)
     else:
         counts = count_tokens([s.tokens[s.prompt_len:] for s in train], tcfg.vocab_size)
-        cand = count_tokens([s.topk_ids for s in train], tcfg.vocab_size)  # the teacher's top-k candidates
-        vocab = build_draft_vocab(counts, min(a.draft_vocab, tcfg.vocab_size), tcfg.eos_token_ids, cand)
+        cand = _count_candidates(train, tcfg.vocab_size)  # the teacher's top-k candidates
+        seen = int(((counts > 0) | (cand > 0)).sum())  # ids the data ever shows: answers or top-k candidates
+        size = min(a.draft_vocab, seen)
+        if size < a.draft_vocab:
+            print(f"draft vocab {a.draft_vocab} > the {seen} distinct ids the data shows: using {size}",
+                  file=sys.stderr)
+        vocab = build_draft_vocab(counts, size, tcfg.eos_token_ids, cand)
         np.savez(vocab_path, d2t=vocab.d2t)
     held_counts = count_tokens([s.tokens[s.prompt_len:] for s in held], tcfg.vocab_size)
     n_tok = sum(len(s.tokens) - s.prompt_len for s in train)
     print(f"data: {len(train)} train / {len(held)} held-out sequences, {n_tok} answer tokens; draft vocab "
           f"{vocab.size}, held-out coverage {coverage(held_counts, vocab):.4f}", file=sys.stderr)
+    data_info = {"train_sequences": len(train), "train_answer_tokens": int(n_tok), "heldout_sequences": len(held),
+                 "draft_vocab": vocab.size, "heldout_coverage": round(coverage(held_counts, vocab), 4)}
 
     cfg = DraftConfig(hidden_size=tcfg.hidden_size, intermediate_size=tcfg.intermediate_size,
                       num_heads=tcfg.num_heads, num_kv_heads=tcfg.num_kv_heads, vocab_size=tcfg.vocab_size,
@@ -274,11 +424,15 @@ def train_draft_main(argv: list[str] | None = None) -> int:
                       max_position_embeddings=tcfg.max_position_embeddings, aux_layer_ids=tcfg.aux_layer_ids)
     head, table = init_head(cfg, teacher.cell, vocab, a.seed)
     del teacher
+    if init is not None:
+        _start_from(head, init, vocab)
     buckets = tuple(int(b) for b in a.buckets.split(","))
     rng = np.random.default_rng(a.seed)
     per_epoch = len(make_batches(train, buckets, a.tokens_per_batch, rng))
     total = max(1, int(a.epochs * per_epoch))
-    if a.max_steps:
+    if a.max_steps is not None:
+        if a.max_steps < 0:
+            raise ConfigError(f"--max-steps {a.max_steps}: must be >= 0 (0: evaluate and export only)")
         total = min(total, a.max_steps)
     trainer = Trainer(head, table, vocab, a.ttt_steps, a.lr, clip=a.clip, warmup=a.warmup, total_steps=total)
     state_path = os.path.join(run_dir, STATE_FILE)
@@ -302,12 +456,15 @@ def train_draft_main(argv: list[str] | None = None) -> int:
     if a.export_only:
         do_export()
         return 0
-    held_batches = make_batches(held, buckets, a.tokens_per_batch, rng, shuffle=False)
+    # held-out batches all at the largest bucket: one evaluation graph (each compiled graph keeps its buffers)
+    held_batches = make_batches(held, buckets[-1:], a.tokens_per_batch, rng, shuffle=False)
 
     def checkpoint(evaluate: bool) -> None:
         if evaluate:
             ev = trainer.evaluate(held_batches)
             ev["step"] = trainer.step
+            ev["seconds"] = round(time.time() - t0, 1)
+            ev["peak_rss_gb"] = peak_rss_gb()
             state["history"].append(ev)
             print(f"\nheld-out step {trainer.step}: loss {ev['loss']:.4f} acc_k {ev['acc']} tau {ev['tau']}",
                   file=sys.stderr, flush=True)
@@ -316,12 +473,15 @@ def train_draft_main(argv: list[str] | None = None) -> int:
                 trainer.save(run_dir, BEST_FILE, with_optimizer=False)
         trainer.save(run_dir, LAST_FILE)
         state["step"] = trainer.step
+        state["data"] = data_info
         state["train_seconds"] = round(time.time() - t0, 1)
         with open(state_path + ".tmp", "w") as f:
             json.dump(state, f, indent=1)
         os.replace(state_path + ".tmp", state_path)
 
     t0 = time.time() - state.get("train_seconds", 0.0)  # the time budget and LR decay continue across resumes
+    if not state["history"]:
+        checkpoint(True)  # the curve starts at the initial head (random, or --init-head)
     ema_loss, ema_acc = None, np.zeros(a.ttt_steps)
     epoch = trainer.step // per_epoch
     skip = trainer.step % per_epoch
@@ -341,6 +501,11 @@ def train_draft_main(argv: list[str] | None = None) -> int:
             elif trainer.step % a.ckpt_every == 0:
                 checkpoint(False)
             if trainer.step >= total or timed_out:
+                stop = True
+                break
+            if trainer.step % a.eval_every == 0 and plateau.reached(state["history"]):
+                print(f"\nheld-out tau plateaued ({a.patience} evaluations without +{a.min_delta}): stopping",
+                      file=sys.stderr)
                 stop = True
                 break
         epoch += 1

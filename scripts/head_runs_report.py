@@ -1,0 +1,117 @@
+"""Table, JSON lines and plot of draft-head training runs (their ``state.json``), side by side.
+
+    python scripts/head_runs_report.py OUT_DIR NAME=RUN_DIR [NAME=RUN_DIR ...] [--tokens-per-batch 1024]
+
+For each run: training data (sequences, answer tokens, draft vocabulary, held-out coverage), steps, training
+minutes, peak RSS, the best held-out evaluation (simulated tau, acc_0..acc_6, and the tau over the depth every
+run was trained for, so runs of different TTT lengths compare) and the whole held-out curve.
+Writes ``OUT_DIR/runs.jsonl`` (one line per run, also printed), ``OUT_DIR/table.md`` and ``OUT_DIR/curve.png``
+(held-out tau against training entries seen = steps x tokens per batch). Reads only; the runs are the
+trainer's (``mindspore-eagle train-draft``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def summarise(name: str, run_dir: str) -> dict:
+    path = os.path.join(run_dir, "state.json")
+    if not os.path.isfile(path):
+        raise SystemExit(f"{name}: {path} does not exist (not a training run directory?)")
+    with open(path) as f:
+        state = json.load(f)
+    hist = state.get("history", [])
+    if not hist:
+        raise SystemExit(f"{name}: {path} has no held-out evaluation yet")
+    best = max(hist, key=lambda h: h["tau"])
+    return {"run": name, **state.get("data", {}), "steps": state["step"],
+            "train_minutes": round(state.get("train_seconds", 0.0) / 60, 1),
+            "peak_rss_gb": max(h.get("peak_rss_gb", 0.0) for h in hist),
+            "best_step": best["step"], "best_tau": best["tau"], "best_acc": best["acc"],
+            "first_tau": hist[0]["tau"], "last_tau": hist[-1]["tau"],
+            "curve": [[h["step"], h["tau"]] for h in hist]}
+
+
+def tau_over(acc: list[float], depth: int) -> float:
+    """Simulated tau of a chain of ``depth`` drafts: ``1 + sum_k prod_{i<=k} acc_i`` over the first ``depth``."""
+    tau, run = 1.0, 1.0
+    for a in acc[:depth]:
+        run *= a
+        tau += run
+    return round(tau, 4)
+
+
+def add_common_depth(rows: list[dict]) -> int:
+    """Runs with different TTT lengths are compared on the depth all of them were trained for."""
+    depth = min(len(r["best_acc"]) for r in rows)
+    for r in rows:
+        r["common_depth"], r["tau_common"] = depth, tau_over(r["best_acc"], depth)
+    return depth
+
+
+def table(rows: list[dict]) -> str:
+    k = max(len(r["best_acc"]) for r in rows)
+    depth = rows[0]["common_depth"]
+    head = ("| run | answer tokens | draft vocab | held-out coverage | steps | minutes | peak RSS GB | best step | "
+            f"tau | tau (depth {depth}) | " + " | ".join(f"acc_{i}" for i in range(k)) + " |")
+    lines = [head, "|" + "---|" * (10 + k)]
+    for r in rows:
+        accs = " | ".join(f"{a:.3f}" for a in r["best_acc"]) + " |" * (k - len(r["best_acc"]))
+        lines.append(f"| {r['run']} | {r.get('train_answer_tokens', '?')} | {r.get('draft_vocab', '?')} | "
+                     f"{r.get('heldout_coverage', '?')} | {r['steps']} | {r['train_minutes']} | {r['peak_rss_gb']} | "
+                     f"{r['best_step']} | {r['best_tau']:.3f} | {r['tau_common']:.3f} | {accs}")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], path: str, tokens_per_batch: int) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("plot skipped: matplotlib is not installed", file=sys.stderr)
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for r in rows:
+        xs = [s * tokens_per_batch / 1e3 for s, _ in r["curve"]]
+        ax.plot(xs, [t for _, t in r["curve"]], marker=".", label=f"{r['run']}")
+    ax.set_xlabel("training entries seen (thousands)")
+    ax.set_ylabel("held-out simulated tau")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("runs", nargs="+", help="NAME=RUN_DIR")
+    ap.add_argument("--tokens-per-batch", type=int, default=1024)
+    a = ap.parse_args(argv)
+    pairs = []
+    for spec in a.runs:
+        if "=" not in spec:
+            raise SystemExit(f"{spec!r}: expected NAME=RUN_DIR")
+        pairs.append(spec.split("=", 1))
+    rows = [summarise(n, d) for n, d in pairs]
+    add_common_depth(rows)
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "runs.jsonl"), "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+            print(json.dumps({k: v for k, v in r.items() if k != "curve"}))
+    with open(os.path.join(a.out, "table.md"), "w") as f:
+        f.write(table(rows))
+    plot(rows, os.path.join(a.out, "curve.png"), a.tokens_per_batch)
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,48 @@
+"""What decides how long a head trains and on what: the plateau stop on held-out tau, the fixed held-out
+sample, and the smaller same-mix subsets of the data-scaling runs (whole conversations only)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mindspore_eagle.errors import ConfigError
+from mindspore_eagle.train.sequence import Sequence_
+from mindspore_eagle.train.trainer import Plateau, _first_answer_tokens, heldout_sample
+
+
+def _hist(*taus):
+    return [{"tau": t, "step": 50 * (i + 1)} for i, t in enumerate(taus)]
+
+
+def test_plateau_stops_only_after_patience_evaluations_without_a_real_gain():
+    rule = Plateau(patience=2, min_delta=0.01)
+    assert not rule.reached(_hist(1.5, 1.6))  # too few evaluations to judge
+    assert not rule.reached(_hist(1.5, 1.6, 1.7, 1.65))  # the last two include a new best
+    assert rule.reached(_hist(1.5, 1.7, 1.705, 1.69))  # +0.005 is below min_delta
+    assert not rule.reached(_hist(1.5, 1.7, 1.69, 1.72))  # +0.02 counts
+    assert not Plateau(0, 0.0).reached(_hist(2.0, 1.0, 1.0, 1.0))  # patience 0: never stops
+    with pytest.raises(ConfigError, match="patience"):
+        Plateau(-1, 0.0)
+
+
+def _s(pid, answer, prompt=3):
+    return Sequence_(pid, np.zeros(prompt + answer, np.int32), prompt, np.zeros((0, 1)), np.zeros((0, 1)),
+                     np.zeros((0, 1)))
+
+
+def test_heldout_sample_is_fixed_and_order_independent():
+    seqs = [_s(f"{i:04x}", 5) for i in range(300)]
+    a = heldout_sample(seqs, 40)
+    b = heldout_sample(list(reversed(seqs)), 40)
+    assert len(a) == 40 and [s.pid for s in a] == [s.pid for s in b]
+    assert heldout_sample(seqs[:10], 40) == seqs[:10] and len(heldout_sample(seqs, 0)) == 300
+
+
+def test_a_scaling_subset_is_a_prefix_of_whole_conversations_with_enough_answer_tokens():
+    seqs = [_s("a", 10), _s("a-t2", 10), _s("b", 10), _s("c", 10), _s("c-t2", 10), _s("d", 10)]
+    assert [s.pid for s in _first_answer_tokens(seqs, 25)] == ["a", "a-t2", "b"]
+    assert [s.pid for s in _first_answer_tokens(seqs, 31)] == ["a", "a-t2", "b", "c", "c-t2"]  # c-t2 stays with c
+    assert len(_first_answer_tokens(seqs, 10 ** 6)) == 6
+    with pytest.raises(ConfigError, match="max-answer-tokens"):
+        _first_answer_tokens(seqs, 0)
