@@ -22,9 +22,10 @@ One step, with ``L`` the committed length and ``root`` the last emitted token (n
 The phases named on the right are the ``StepTrace`` timings (``grow_ms``, ``verify_ms``, ``commit_ms``,
 ``update_ms``, ``host_ms``). A prefill chunk is the same forward over a ``TreeLayout.chain``.
 
-Greedy requests (``SamplingParams.greedy``) run every forward with ``output="argmax"``: the teacher reduces the
-logits in the graph and only each row's token id crosses to the host (``teacher`` module docstring). Sampling
-needs the whole distribution of a node, so it takes the logits.
+Greedy requests (``SamplingParams.greedy``) run every forward with ``output=teacher.greedy_output``: on a device
+"argmax", the teacher reduces the logits in the graph and only each row's token id crosses to the host; on the
+CPU "logits" and ``np.argmax`` on the host, the cheaper reduction there (``RuntimeConfig.greedy_output``). Both
+use numpy's tie rule. Sampling needs the whole distribution of a node, so it takes the logits.
 
 *reference* mode (``ExecMode.REFERENCE``) runs the teacher in PyNative and cross-checks every step (the mask
 rebuilt by a naive ancestor walk, the accepted path against the tree); *performance* mode runs the same code
@@ -41,11 +42,16 @@ import numpy as np
 
 from .cache import BranchableKVCache
 from .errors import CacheCapacityError, ConfigError, TreeInvariantError
-from .teacher import ARGMAX, LOGITS, ForwardOut, Teacher
+from .teacher import LOGITS, ForwardOut, Teacher
 from .trace import StepTrace
 from .tree import ForwardInputs, TreeLayout, check_tree
 from .tree.mask import MASK_VALUE
 from .verify import SamplingParams, accept_greedy, accept_sampling, sample_token
+
+
+def _greedy_ids(out: ForwardOut) -> np.ndarray:
+    """int32 ``[B, n]`` greedy token of every row: the in-graph argmax, or numpy's over the logits (same tie rule)."""
+    return out.argmax if out.argmax is not None else np.argmax(out.logits, -1).astype(np.int32)
 
 
 class Proposer(Protocol):
@@ -199,10 +205,10 @@ class SpeculativeEngine:
         if self.reference:
             _cross_check_mask(layout, inputs.mask, L)
         t2 = time.perf_counter()
-        out = self.teacher.forward(inputs, ARGMAX if sampling.greedy else LOGITS)
+        out = self.teacher.forward(inputs, self.teacher.greedy_output if sampling.greedy else LOGITS)
         t3 = time.perf_counter()
         if sampling.greedy:
-            acc = accept_greedy(layout, out.argmax[0])
+            acc = accept_greedy(layout, _greedy_ids(out)[0])
         else:
             acc = accept_sampling(layout, out.logits[0], sampling, rng)
         if self.reference:
@@ -236,8 +242,8 @@ class SpeculativeEngine:
         eos = {int(e) for e in eos_token_ids}
         rng = np.random.default_rng(sampling.seed)
         t0 = time.perf_counter()
-        last, aux, prefill_s = self._prefill(ids, ARGMAX if sampling.greedy else LOGITS)
-        root = int(last.argmax[0, -1]) if sampling.greedy else sample_token(last.logits[0, -1], sampling, rng)
+        last, aux, prefill_s = self._prefill(ids, self.teacher.greedy_output if sampling.greedy else LOGITS)
+        root = int(_greedy_ids(last)[0, -1]) if sampling.greedy else sample_token(last.logits[0, -1], sampling, rng)
         ttft = time.perf_counter() - t0
         proposer.begin(ids, aux, root)
         tokens = [root]

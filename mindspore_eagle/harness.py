@@ -95,14 +95,13 @@ def _warm_up_context_buckets(engine: SpeculativeEngine, example: Sequence[int]) 
     """The greedy graph of every (token bucket the requests above used, context bucket) not compiled yet: one
     forward at the end of each context bucket (committed length ``width - tokens``), in a round that is then
     discarded. Nothing to do where the teacher has one mask width (the fused CPU kernels)."""
-    from .teacher import ARGMAX
     from .tree import ForwardInputs, TreeLayout
 
     teacher, cache = engine.teacher, engine.cache
     used = sorted({t for _, t, _ in teacher.first_call_s})
     for width in teacher.mask_widths:
         for t in used:
-            if t > width or (ARGMAX, t, width) in teacher.first_call_s:
+            if t > width or (teacher.greedy_output, t, width) in teacher.first_call_s:
                 continue
             cache.reset()
             if width > t:
@@ -110,7 +109,7 @@ def _warm_up_context_buckets(engine: SpeculativeEngine, example: Sequence[int]) 
                 cache.commit(range(width - t))  # stale rows stand in for a committed prefix: never read back
             L = cache.begin_round(t)
             ids = (list(example) * (t // len(example) + 1))[:t]
-            teacher.forward(ForwardInputs.for_tree(TreeLayout.chain(ids), L, t, width), ARGMAX)
+            teacher.forward(ForwardInputs.for_tree(TreeLayout.chain(ids), L, t, width), teacher.greedy_output)
             cache.abort_round()
     cache.reset()
 

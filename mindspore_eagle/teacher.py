@@ -8,10 +8,12 @@ the cache owner (``cache.BranchableKVCache.begin_round``) reserved.
 
 What crosses to the host is what the caller asks for (``forward(inputs, output=...)``, one graph per kind):
 
-    output="argmax"   argmax int32 [B, n]          greedy decoding and verification: the logits are reduced in the
+    output="argmax"   argmax int32 [B, n]          greedy decoding and verification on a device (``greedy_output``,
+                                                   ``RuntimeConfig.greedy_output``): the logits are reduced in the
                                                    graph (``models.outputs``), no [n, vocab] array leaves it
     output="logits"   logits float32 [B, n, vocab] sampling (``verify.target_probs`` needs every probability, after
-                                                   temperature / top-k / top-p on the host) and the tests
+                                                   temperature / top-k / top-p on the host), and greedy on the
+                                                   CPU, where numpy's argmax over them is the cheaper reduction
     both              aux_hidden [B, n, 3H]         the EAGLE-3 features of every real row (the draft reads the
                                                    accepted path's rows, prefill all of them)
 
@@ -105,6 +107,7 @@ class Teacher:
         # the mask widths a forward may have (module docstring: the fused kernels need no narrower one)
         self.mask_widths = (runtime.max_cache_len,) if self.cell.fused_attention else runtime.context_sizes
         self.first_call_s: dict[tuple[str, int, int], float] = {}  # (output, tokens, width) -> seconds
+        self.greedy_output = runtime.greedy_kind  # what greedy requests ask for (RuntimeConfig.greedy_output)
 
     @classmethod
     def load(cls, model_dir: str, runtime: RuntimeConfig | None = None,

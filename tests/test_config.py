@@ -115,3 +115,12 @@ def test_context_buckets_default_to_powers_of_two_up_to_the_cache_and_are_valida
                        ((128, 2048), r"\[2048\] outside")):
         with pytest.raises(ConfigError, match=f"RuntimeConfig.context_buckets=.*{match}"):
             RuntimeConfig(context_buckets=bad)
+
+
+def test_greedy_output_reduces_on_the_device_and_on_the_host_for_the_cpu():
+    assert RuntimeConfig().greedy_kind == "logits"  # CPU: np.argmax on the host is the cheaper reduction
+    assert RuntimeConfig(device="Ascend").greedy_kind == "argmax"  # a device: only ids cross to the host
+    assert RuntimeConfig(greedy_output="argmax").greedy_kind == "argmax"
+    assert RuntimeConfig(device="Ascend", greedy_output="logits").greedy_kind == "logits"
+    with pytest.raises(ConfigError, match="RuntimeConfig.greedy_output='ids'"):
+        RuntimeConfig(greedy_output="ids")

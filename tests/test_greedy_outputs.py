@@ -22,7 +22,7 @@ from mindspore_eagle.tree import ForwardInputs, TreeLayout
 from mindspore_eagle.verify import SamplingParams
 from tests.helpers import ScriptedProposer, prefill_committed, require_kernel
 
-RUNTIME = dict(max_cache_len=160, buckets=(1, 8, 16, 32), prefill_chunk=16)
+RUNTIME = dict(max_cache_len=160, buckets=(1, 8, 16, 32), prefill_chunk=16, greedy_output="argmax")  # the device path
 PROMPTS = [[3, 17, 42, 5], [9, 9, 9, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15, 16, 20]]
 
 
@@ -156,3 +156,18 @@ def test_an_unknown_output_kind_is_refused_before_the_graph_runs(teachers):
     inputs = ForwardInputs.for_tree(TreeLayout.single(1), 0, 1, teacher.max_len)
     with pytest.raises(ConfigError, match=r"output='probs'.*\('logits', 'argmax'\)"):
         teacher.forward(inputs, "probs")
+
+
+def test_on_the_cpu_greedy_takes_the_logits_and_numpys_argmax_and_stays_lossless(hf_tiny, monkeypatch):
+    """``greedy_output="auto"`` on the CPU: no argmax graph runs, and the output is the host-greedy output."""
+    _, ms_dir, _ = hf_tiny("pangu")
+    teacher = Teacher.load(ms_dir, RuntimeConfig(**dict(RUNTIME, greedy_output="auto")))
+    assert teacher.greedy_output == LOGITS
+    rec = {kind: Recorder(fn) for kind, fn in teacher._fns.items()}
+    monkeypatch.setattr(teacher, "_fns", rec)
+    prompt = PROMPTS[1]
+    want = greedy_from_logits(teacher, prompt, 20)
+    proposer = ScriptedProposer(teacher.cfg.vocab_size, depth=4, mode="bushy")
+    proposer.future = want
+    assert list(SpeculativeEngine(teacher).generate(prompt, 12, proposer=proposer).tokens) == want[:12]
+    assert rec[ARGMAX].calls == [] and rec[LOGITS].calls
