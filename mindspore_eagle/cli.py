@@ -37,6 +37,9 @@ def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context-buckets", default=None,
                    help="cache rows a forward attends over on the primitive attention path, e.g. 128,256,512 "
                         "(default: powers of two from 128, and --max-cache-len)")
+    p.add_argument("--greedy-output", choices=["auto", "argmax", "logits"], default="auto",
+                   help="what a greedy forward hands the host: argmax (reduced in the graph), logits (np.argmax on "
+                        "the host); auto = argmax on a device, logits on the CPU (the cheaper there)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                    help="Linear compute dtype of teacher and draft (bfloat16: bf16 weights/activations, fp32 sums)")
     p.add_argument("--matmul", choices=["auto", "custom", "mindspore"], default="auto",
@@ -75,7 +78,7 @@ def _runtime(args: argparse.Namespace):
     if args.context_buckets:
         kw["context_buckets"] = parse_sizes(args.context_buckets, "--context-buckets")
     return RuntimeConfig(max_cache_len=args.max_cache_len, exec_mode=args.exec_mode, device=args.device,
-                         dtype=args.dtype, matmul=args.matmul, **kw)
+                         dtype=args.dtype, matmul=args.matmul, greedy_output=args.greedy_output, **kw)
 
 
 def _budget(args: argparse.Namespace):

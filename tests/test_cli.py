@@ -91,3 +91,11 @@ def test_bad_context_buckets_are_refused_before_loading(capsys):
         assert cli.main(["generate", "--prompt", "hi", "--model", NOWHERE, "--context-buckets", value]) == 2
         err = capsys.readouterr().err
         assert match in err and NOWHERE not in err
+
+
+def test_greedy_output_flag_reaches_the_runtime():
+    parser = cli.build_parser()
+    args = parser.parse_args(["generate", "--prompt", "hi"])
+    assert cli._runtime(args).greedy_kind == "logits"  # CPU default: the host reduces
+    args = parser.parse_args(["generate", "--prompt", "hi", "--greedy-output", "argmax"])
+    assert cli._runtime(args).greedy_kind == "argmax"
