@@ -243,7 +243,10 @@ class SpeculativeEngine:
         rng = np.random.default_rng(sampling.seed)
         t0 = time.perf_counter()
         last, aux, prefill_s = self._prefill(ids, self.teacher.greedy_output if sampling.greedy else LOGITS)
-        root = int(_greedy_ids(last)[0, -1]) if sampling.greedy else sample_token(last.logits[0, -1], sampling, rng)
+        if not sampling.greedy:
+            root = sample_token(last.logits[0, -1], sampling, rng)
+        else:  # the prompt's last row only (the chunk's other rows are never read)
+            root = int(last.argmax[0, -1]) if last.argmax is not None else int(np.argmax(last.logits[0, -1]))
         ttft = time.perf_counter() - t0
         proposer.begin(ids, aux, root)
         tokens = [root]
