@@ -6,8 +6,8 @@ For each run: training data (sequences, answer tokens, draft vocabulary, held-ou
 minutes, peak RSS, the best held-out evaluation (simulated tau, acc_0..acc_6, and the tau over the depth every
 run was trained for, so runs of different TTT lengths compare) and the whole held-out curve.
 Writes ``OUT_DIR/runs.jsonl`` (one line per run, also printed), ``OUT_DIR/table.md`` and ``OUT_DIR/curve.png``
-(held-out tau against training entries seen = steps x tokens per batch). Reads only; the runs are the
-trainer's (``mindspore-eagle train-draft``)."""
+(held-out tau over the common depth against training entries seen = steps x tokens per batch). Reads only; the
+runs are the trainer's (``mindspore-eagle train-draft``)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def summarise(name: str, run_dir: str) -> dict:
             "peak_rss_gb": max(h.get("peak_rss_gb", 0.0) for h in hist),
             "best_step": best["step"], "best_tau": best["tau"], "best_acc": best["acc"],
             "first_tau": hist[0]["tau"], "last_tau": hist[-1]["tau"],
-            "curve": [[h["step"], h["tau"]] for h in hist]}
+            "curve": [[h["step"], h["tau"], h["acc"]] for h in hist]}
 
 
 def tau_over(acc: list[float], depth: int) -> float:
@@ -59,7 +59,7 @@ def table(rows: list[dict]) -> str:
             f"tau | tau (depth {depth}) | " + " | ".join(f"acc_{i}" for i in range(k)) + " |")
     lines = [head, "|" + "---|" * (10 + k)]
     for r in rows:
-        accs = " | ".join(f"{a:.3f}" for a in r["best_acc"]) + " |" * (k - len(r["best_acc"]))
+        accs = " | ".join([f"{a:.3f}" for a in r["best_acc"]] + [""] * (k - len(r["best_acc"]))) + " |"
         lines.append(f"| {r['run']} | {r.get('train_answer_tokens', '?')} | {r.get('draft_vocab', '?')} | "
                      f"{r.get('heldout_coverage', '?')} | {r['steps']} | {r['train_minutes']} | {r['peak_rss_gb']} | "
                      f"{r['best_step']} | {r['best_tau']:.3f} | {r['tau_common']:.3f} | {accs}")
@@ -76,11 +76,12 @@ def plot(rows: list[dict], path: str, tokens_per_batch: int) -> bool:
         print("plot skipped: matplotlib is not installed", file=sys.stderr)
         return False
     fig, ax = plt.subplots(figsize=(7, 4.2))
+    depth = rows[0]["common_depth"]
     for r in rows:
-        xs = [s * tokens_per_batch / 1e3 for s, _ in r["curve"]]
-        ax.plot(xs, [t for _, t in r["curve"]], marker=".", label=f"{r['run']}")
+        xs = [s * tokens_per_batch / 1e3 for s, _, _ in r["curve"]]
+        ax.plot(xs, [tau_over(acc, depth) for _, _, acc in r["curve"]], marker=".", label=f"{r['run']}")
     ax.set_xlabel("training entries seen (thousands)")
-    ax.set_ylabel("held-out simulated tau")
+    ax.set_ylabel(f"held-out simulated tau, depth {depth}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
