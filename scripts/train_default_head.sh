@@ -17,6 +17,8 @@
 #           at the ids the data shows), held-out every 50 steps, stop on plateau (PATIENCE evaluations); the best
 #           held-out head is exported to CANDIDATE (copy it over assets/heads/... once the evaluation confirms it).
 # report    results/head-training: table, JSON lines and held-out curves of the runs above.
+# The shipped head: data stopped at 544,788 answer tokens, then baseline, ab, train (TTT 3, 35 minutes) from the
+# head before it (git show f1af45e:assets/heads/smollm2-135m-eagle3/...), exported to CANDIDATE and copied over.
 # The trainer reads the shards' rows per batch (train.data.ShardFile): memory does not grow with the data.
 #
 # Knobs (environment): PER_CATEGORY, MAX_ANSWER_TOKENS, DATA_BATCH, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS,
@@ -44,7 +46,7 @@ TRAIN_MINUTES=${TRAIN_MINUTES:-40}
 AB_STEPS=${AB_STEPS:-120}
 TTT_A=${TTT_A:-7}
 TTT_B=${TTT_B:-3}
-TTT_STEPS=${TTT_STEPS:-7}
+TTT_STEPS=${TTT_STEPS:-3}  # the ab stage: 3 steps match 7 at depth 3 in a third of the time (results/head-training)
 DRAFT_VOCAB=${DRAFT_VOCAB:-6144}
 HELDOUT_MAX=${HELDOUT_MAX:-128}
 PATIENCE=${PATIENCE:-4}
