@@ -323,10 +323,11 @@ def run_generation(model_dir: str, out_dir: str, items: list, tokenizer, batch_s
 
     tokens0 = stored_answer_tokens(out_dir)
 
+    def enough_tokens() -> bool:
+        return max_answer_tokens is not None and tokens0 + state["tokens"] >= max_answer_tokens
+
     def over(_=None) -> bool:
-        if max_answer_tokens is not None and tokens0 + state["tokens"] >= max_answer_tokens:
-            return True
-        return time_limit_s is not None and time.time() - t0 > time_limit_s
+        return enough_tokens() or (time_limit_s is not None and time.time() - t0 > time_limit_s)
 
     generators: dict[int, object] = {}
 
@@ -348,8 +349,7 @@ def run_generation(model_dir: str, out_dir: str, items: list, tokenizer, batch_s
                     if group and not over():
                         generator(rows).run(group, on_finished, should_stop=over)
         if over():
-            why = (f"{max_answer_tokens} answer tokens" if max_answer_tokens is not None
-                   and tokens0 + state["tokens"] >= max_answer_tokens else f"time limit {time_limit_s:.0f}s")
+            why = f"{max_answer_tokens} answer tokens" if enough_tokens() else f"time limit {time_limit_s:.0f}s"
             print(f"\n{why} reached; rerun to resume", file=sys.stderr)
     except KeyboardInterrupt:
         print("\ninterrupted; rerun to resume", file=sys.stderr)
