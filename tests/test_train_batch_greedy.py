@@ -192,3 +192,72 @@ def test_default_model_batched_turns_equal_single_sequence_greedy_and_full_topk(
             np.testing.assert_allclose(seq.topk_logits.astype(np.float32), ref_vals, rtol=5e-3, atol=2e-2)
             assert np.mean(seq.topk_ids[:, 0] == np.argmax(logits, -1)) == 1.0
     assert len(done) == len(items) and done[[f.item.id for f in done].index("a")].starts[1] > 0
+
+
+class _FixedLogits:
+    """A stand-in teacher Cell whose logits are given rows (``[B, T, V]``) and whose features are zeros."""
+
+    @staticmethod
+    def cell(logits: np.ndarray):
+        import mindspore as ms
+        from mindspore import Parameter, Tensor, nn, ops
+
+        class Cell(nn.Cell):
+            def __init__(self):
+                super().__init__()
+                self.logits = Parameter(Tensor(logits), name="logits")
+
+            def construct(self, input_ids, positions, mask, cache_rows):
+                return self.logits, ops.zeros((logits.shape[0], logits.shape[1], 6), ms.float32)
+
+        return Cell()
+
+
+@pytest.mark.parametrize("device", ["CPU", "Ascend"])
+def test_data_greedy_token_is_numpys_argmax_on_literal_ties_on_either_devices_rule(device):
+    """The data's greedy token must be the engine's (``np.argmax``: first of equal maxima) whichever argmax the
+    device uses (``ops.Argmax`` on the CPU, ``first_argmax`` elsewhere; the latter runs here too), in graph mode."""
+    import mindspore as ms
+
+    from mindspore_eagle.train.topk_teacher import TopKTeacher
+
+    inf = np.inf
+    rows = np.array([[1, 3, 0, 3, 2, 3, 0, 1], [5] * 8, [0, 0, 0, 0, 0, 0, 7, 7], [-inf] * 7 + [-1],
+                     [2, 1, 9, 0, 9, 0, 0, 0], [-4, -3, -3, -9, -3, -8, -5, -6]], np.float32)
+    want = [1, 0, 6, 7, 2, 1]  # written out by hand
+    wide = np.random.default_rng(0).integers(0, 3, (2, 49152)).astype(np.float32)  # ~16k-way ties per row
+    wide[1, [40000, 49151]] = 9.0
+    for logits, expect in ((rows[:, None, :], want), (wide[:, None, :], [int(np.argmax(wide[0])), 40000])):
+        fn = ms.jit(TopKTeacher(_FixedLogits.cell(logits), 2, device))
+        z = ms.Tensor(np.zeros((logits.shape[0], 1), np.int32))
+        greedy, finite, ids, _, _ = fn(z, z, z, z)
+        assert greedy.asnumpy()[:, 0].tolist() == expect == np.argmax(logits[:, 0], -1).tolist()
+        assert finite.asnumpy()[:, 0].tolist() == np.isfinite(logits[:, 0]).all(-1).tolist()
+        top = ids.asnumpy()[:, 0, 0]  # some maximum (TopK names no order among ties), whichever argmax rule
+        assert np.array_equal(logits[np.arange(len(top)), 0, top], logits[:, 0].max(-1))
+
+
+def test_a_step_whose_logits_hold_nan_or_inf_is_refused_as_data_error(hf_tiny):
+    """A token chosen from NaN logits would be stored as if the teacher had said it: the step names the slot."""
+    from mindspore_eagle.config import RuntimeConfig
+    from mindspore_eagle.errors import DataError
+    from mindspore_eagle.teacher import Teacher
+    from mindspore_eagle.train.topk_teacher import GreedyTopK
+
+    _, untied_dir, _ = hf_tiny("pangu")  # untied: a NaN embedding row reaches only the slot that feeds it
+    teacher = Teacher.load(untied_dir, RuntimeConfig(max_cache_len=16, batch_size=2, buckets=(1,), prefill_chunk=1))
+    step = GreedyTopK(teacher, 4)
+    out = step.step(np.array([3, 4]), np.array([0, 0]))
+    assert out.greedy.shape == (2,) and np.isfinite(out.topk_logits.astype(np.float32)).all()
+    emb = teacher.cell.model.embed_tokens.weight
+    table = emb.asnumpy()
+    table[7] = np.nan
+    emb.set_data(ms_tensor(table))
+    with pytest.raises(DataError, match=r"NaN or inf in slots \[1\]"):
+        step.step(np.array([3, 7]), np.array([1, 1]))
+
+
+def ms_tensor(a):
+    from mindspore import Tensor
+
+    return Tensor(a)

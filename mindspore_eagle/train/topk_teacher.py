@@ -9,10 +9,17 @@ Cell unchanged (same Parameters, same KV cache) and returns only what a training
     topk_logits  float16 [B, T, k]    their values
     aux_hidden   float16 [B, T, 3H]   the EAGLE-3 features (teacher taps low|mid|high)
 
-The argmax is its own op rather than ``topk_ids[..., 0]``: it is ``models.outputs.first_argmax``, the rule of the
-engine's greedy verification and of ``verify.sample_token`` (``np.argmax``, the first of equal maxima), so a tie
-cannot make the data's greedy token differ from the engine's. ``GreedyTopK`` is the host side of one decode step:
-it builds the chain mask (each slot sees its own rows ``<=`` the row it writes) and turns the outputs into numpy.
+The argmax is its own op rather than ``topk_ids[..., 0]`` (``ops.TopK`` documents no order among equal values) and
+keeps the engine's tie rule (``np.argmax``: the first of equal maxima), so a tie cannot make the data's greedy
+token differ from the engine's. Per device, as the engine's greedy output (``RuntimeConfig.greedy_kind``): on a
+device ``models.outputs.first_argmax`` states the rule in ops; on the CPU ``ops.Argmax`` already keeps it (tested on
+literal ties in ``tests/test_train_batch_greedy.py``) at a fraction of the cost -- ``first_argmax`` is seven passes
+over the 49k-wide row, and it made a B=128 decode step of data generation measurably slower (the note of issue 17).
+Neither rule is numpy's on a row holding NaN, and a token chosen from NaN/inf logits is corrupt data anyway: the
+graph also returns whether each row's logits are finite and ``GreedyTopK.step`` refuses a step where one is not.
+
+``GreedyTopK`` is the host side of one decode step: it builds the chain mask (each slot sees its own rows ``<=``
+the row it writes) and turns the outputs into numpy.
 """
 
 from __future__ import annotations
@@ -23,26 +30,34 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor, nn, ops
 
-from ..errors import CacheCapacityError, ConfigError
+from ..errors import CacheCapacityError, ConfigError, DataError
 from ..models.outputs import first_argmax
 from ..tree.mask import MASK_VALUE
 
 
 class TopKTeacher(nn.Cell):
-    """``construct(input_ids, positions, mask, cache_rows) -> (greedy, topk_ids, topk_logits, aux_hidden)``; inputs
-    exactly as the teacher Cell's (``models.pangu.PanguForCausalLM``), outputs as in the module docstring."""
+    """``construct(input_ids, positions, mask, cache_rows) -> (greedy, finite, topk_ids, topk_logits, aux_hidden)``;
+    inputs exactly as the teacher Cell's (``models.pangu.PanguForCausalLM``), outputs as in the module docstring,
+    plus ``finite bool [B, T]``: every logit of the row is finite. ``device`` picks the argmax (module docstring)."""
 
-    def __init__(self, teacher_cell, k: int):
+    def __init__(self, teacher_cell, k: int, device: str = "CPU"):
         super().__init__(auto_prefix=False)  # the teacher's Parameters keep their names (checkpoints, the trainer)
         self.teacher = teacher_cell
         self.k = k
         self.topk = ops.TopK(sorted=True)
+        self.rule_in_ops = device != "CPU"
+        self.argmax = ops.Argmax(axis=-1, output_type=ms.int32)
+        self.row_sum = ops.ReduceSum()
 
     def construct(self, input_ids, positions, mask, cache_rows):
         logits, aux = self.teacher(input_ids, positions, mask, cache_rows)  # [B, T, V], [B, T, 3H]
         values, ids = self.topk(logits, self.k)  # [B, T, k] each, descending
-        greedy = first_argmax(logits)  # [B, T] int32
-        return greedy, ops.cast(ids, ms.int32), ops.cast(values, ms.float16), ops.cast(aux, ms.float16)
+        if self.rule_in_ops:
+            greedy = first_argmax(logits)  # [B, T] int32
+        else:
+            greedy = self.argmax(logits)
+        finite = ops.isfinite(self.row_sum(logits, -1))  # one NaN or inf anywhere in the row makes its sum so
+        return greedy, finite, ops.cast(ids, ms.int32), ops.cast(values, ms.float16), ops.cast(aux, ms.float16)
 
 
 @dataclass(frozen=True)
@@ -70,7 +85,7 @@ class GreedyTopK:
         self.k = k
         self.batch_size = teacher.runtime.batch_size
         self.max_len = teacher.max_len
-        cell = TopKTeacher(teacher.cell, k)
+        cell = TopKTeacher(teacher.cell, k, teacher.runtime.device)
         self._fn = teacher.runtime.exec_mode.compile(cell)
         self._cols = np.arange(self.max_len)[None, :]  # [1, S]
 
@@ -84,8 +99,14 @@ class GreedyTopK:
                                      f"[0, max_cache_len={self.max_len})")
         mask = np.where(self._cols <= rows[:, None], np.float32(0.0), MASK_VALUE)  # [B, S]
         r = Tensor(rows.astype(np.int32)[:, None])  # [B, 1]
-        greedy, tk_ids, tk_val, aux = self._fn(Tensor(ids.astype(np.int32)[:, None]), r,
-                                               Tensor(mask[:, None, None, :]), r)
+        greedy, finite, tk_ids, tk_val, aux = self._fn(Tensor(ids.astype(np.int32)[:, None]), r,
+                                                       Tensor(mask[:, None, None, :]), r)
+        finite = finite.asnumpy()[:, 0]
+        if not finite.all():
+            bad = np.flatnonzero(~finite).tolist()
+            raise DataError(f"the teacher's logits hold NaN or inf in slots {bad} (cache rows "
+                            f"{rows[bad].tolist()}): a greedy token and top-k taken from them would be stored as "
+                            "data. Check the checkpoint and the dtype (float32 is the reference).")
         return StepOut(greedy.asnumpy()[:, 0], tk_ids.asnumpy()[:, 0], tk_val.asnumpy()[:, 0], aux.asnumpy()[:, 0])
 
 
