@@ -1,13 +1,16 @@
 """Table, JSON lines and plot of draft-head training runs (their ``state.json``), side by side.
 
-    python scripts/head_runs_report.py OUT_DIR NAME=RUN_DIR [NAME=RUN_DIR ...] [--tokens-per-batch 1024]
+    python scripts/head_runs_report.py OUT_DIR NAME=RUN_DIR [NAME=RUN_DIR ...] [--tokens-per-batch 1024] [--scaling]
 
 For each run: training data (sequences, answer tokens, draft vocabulary, held-out coverage), steps, training
 minutes, peak RSS, the best held-out evaluation (simulated tau, acc_0..acc_6, and the tau over the depth every
 run was trained for, so runs of different TTT lengths compare) and the whole held-out curve.
 Writes ``OUT_DIR/runs.jsonl`` (one line per run, also printed), ``OUT_DIR/table.md`` and ``OUT_DIR/curve.png``
-(held-out tau over the common depth against training entries seen = steps x tokens per batch). Reads only; the
-runs are the trainer's (``mindspore-eagle train-draft``)."""
+(held-out tau over the common depth against training entries seen = steps x tokens per batch). ``--scaling``
+(runs that differ in their training data only): also ``OUT_DIR/scaling.md`` and ``OUT_DIR/scaling.png``, the best
+held-out tau and acc_k against the training set's answer tokens, with each run's passes over its data and why it
+stopped (a point that did not reach its plateau is a lower bound). Reads only; the runs are the trainer's
+(``mindspore-eagle train-draft``)."""
 
 from __future__ import annotations
 
@@ -27,12 +30,21 @@ def summarise(name: str, run_dir: str) -> dict:
     if not hist:
         raise SystemExit(f"{name}: {path} has no held-out evaluation yet")
     best = max(hist, key=lambda h: h["tau"])
-    return {"run": name, **state.get("data", {}), "steps": state["step"],
+    positions = state.get("data", {}).get("train_positions")
+    return {"run": name, **state.get("data", {}), "steps": state["step"], "stopped_by": state.get("stopped_by"),
             "train_minutes": round(state.get("train_seconds", 0.0) / 60, 1),
             "peak_rss_gb": max(h.get("peak_rss_gb", 0.0) for h in hist),
             "best_step": best["step"], "best_tau": best["tau"], "best_acc": best["acc"],
             "first_tau": hist[0]["tau"], "last_tau": hist[-1]["tau"],
-            "curve": [[h["step"], h["tau"], h["acc"]] for h in hist]}
+            "curve": [[h["step"], h["tau"], h["acc"]] for h in hist], "positions": positions}
+
+
+def add_passes(rows: list[dict], tokens_per_batch: int) -> None:
+    """Passes over the training set = entries seen / the positions it holds (None when the run predates
+    ``train_positions``)."""
+    for r in rows:
+        p = r.pop("positions")
+        r["passes"] = round(r["steps"] * tokens_per_batch / p, 2) if p else None
 
 
 def tau_over(acc: list[float], depth: int) -> float:
@@ -66,6 +78,52 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def scaling_table(rows: list[dict]) -> str:
+    depth = rows[0]["common_depth"]
+    k = max(len(r["best_acc"]) for r in rows)
+    lines = ["| run | training answer tokens | draft vocab | held-out coverage | steps | passes | stopped by | "
+             f"best step | tau (depth {depth}) | " + " | ".join(f"acc_{i}" for i in range(k)) + " |",
+             "|" + "---|" * (9 + k)]
+    for r in sorted(rows, key=lambda r: r.get("train_answer_tokens", 0)):
+        accs = " | ".join([f"{a:.3f}" for a in r["best_acc"]] + [""] * (k - len(r["best_acc"]))) + " |"
+        lines.append(f"| {r['run']} | {r.get('train_answer_tokens', '?'):,} | {r.get('draft_vocab', '?')} | "
+                     f"{r.get('heldout_coverage', '?')} | {r['steps']} | {r['passes']} | {r['stopped_by'] or '?'} | "
+                     f"{r['best_step']} | {r['tau_common']:.3f} | {accs}")
+    return "\n".join(lines) + "\n"
+
+
+def plot_scaling(rows: list[dict], path: str) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("plot skipped: matplotlib is not installed", file=sys.stderr)
+        return False
+    rows = sorted(rows, key=lambda r: r["train_answer_tokens"])
+    xs = [r["train_answer_tokens"] for r in rows]
+    depth = rows[0]["common_depth"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    left.plot(xs, [r["tau_common"] for r in rows], marker="o")
+    for x, r in zip(xs, rows):  # open markers: stopped before a plateau (a lower bound)
+        if r["stopped_by"] != "plateau":
+            left.plot([x], [r["tau_common"]], marker="o", mfc="white", color="C0")
+    left.set_ylabel(f"best held-out simulated tau, depth {depth}")
+    for i in range(min(len(r["best_acc"]) for r in rows)):
+        right.plot(xs, [r["best_acc"][i] for r in rows], marker="o", label=f"acc_{i}")
+    right.set_ylabel("held-out acceptance at TTT step k")
+    right.legend(fontsize=8)
+    for ax in (left, right):
+        ax.set_xscale("log")
+        ax.set_xlabel("training answer tokens")
+        ax.grid(alpha=0.3, which="both")
+    fig.suptitle("data scaling (open marker: stopped before a plateau)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
+
+
 def plot(rows: list[dict], path: str, tokens_per_batch: int) -> bool:
     try:
         import matplotlib
@@ -94,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out")
     ap.add_argument("runs", nargs="+", help="NAME=RUN_DIR")
     ap.add_argument("--tokens-per-batch", type=int, default=1024)
+    ap.add_argument("--scaling", action="store_true", help="also the data-scaling table and plot")
     a = ap.parse_args(argv)
     pairs = []
     for spec in a.runs:
@@ -102,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         pairs.append(spec.split("=", 1))
     rows = [summarise(n, d) for n, d in pairs]
     add_common_depth(rows)
+    add_passes(rows, a.tokens_per_batch)
+    if a.scaling and any("train_answer_tokens" not in r for r in rows):
+        raise SystemExit("--scaling: every run needs its data summary (train_answer_tokens) in state.json")
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "runs.jsonl"), "w") as f:
         for r in rows:
@@ -111,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
         f.write(table(rows))
     plot(rows, os.path.join(a.out, "curve.png"), a.tokens_per_batch)
     print(table(rows))
+    if a.scaling:
+        with open(os.path.join(a.out, "scaling.md"), "w") as f:
+            f.write(scaling_table(rows))
+        plot_scaling(rows, os.path.join(a.out, "scaling.png"))
+        print(scaling_table(rows))
     return 0
 
 

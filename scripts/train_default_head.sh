@@ -3,13 +3,14 @@
 # after an interruption and each stage continues where it stopped (data: manifest of finished prompts;
 # training: latest checkpoint). Runs in the background; follow the log with `tail -f $LOGDIR/*.log`.
 #
-#   scripts/train_default_head.sh [data|baseline|ab|train|report|export|all]   (default: all = data, train)
+#   scripts/train_default_head.sh [data|baseline|ab|train|report|scaling|scaling-report|export|all]
+#                                                                            (default: all = data, train)
 #
 # data      the nine-category prompt set of mindspore_eagle.train.prompts (PER_CATEGORY conversations per
 #           category, about half with a second turn asked after the teacher's own first answer), answered by the
 #           continuous-batching generator (train.batch_greedy, top-k in the graph) at DATA_BATCH slots, until the
-#           directory holds MAX_ANSWER_TOKENS answer tokens (default 2M; ~390 answer tok/s with
-#           MSE_KERNEL_THREADS=2 on 2 cores: ~1.5 h). Disk: ~4.9 KB per answer token (~10 GB for 2M).
+#           directory holds MAX_ANSWER_TOKENS answer tokens (default 2.2M: 2M to train on after the 8% held-out
+#           split; ~400 answer tok/s with MSE_KERNEL_THREADS=2 on 2 cores: ~1.5 h). Disk: ~4.6 KB per answer token.
 # baseline  the current head (INIT_HEAD, its own vocabulary) evaluated on this data's held-out sample, 0 steps.
 # ab        the recipe comparison: TTT_A vs TTT_B training-time-test steps, AB_STEPS optimizer steps each from
 #           INIT_HEAD (matched steps: a time budget would depend on whatever else the machine runs).
@@ -17,13 +18,20 @@
 #           at the ids the data shows), held-out every 50 steps, stop on plateau (PATIENCE evaluations); the best
 #           held-out head is exported to CANDIDATE (copy it over assets/heads/... once the evaluation confirms it).
 # report    results/head-training: table, JSON lines and held-out curves of the runs above.
+# scaling   the data-scaling curve: one run per SCALE_POINTS training-set size (answer tokens; the first
+#           conversations of the data, the same mix), each SCALE_STEPS optimizer steps at most from SCALE_INIT
+#           (default: the head before the chat data, commit f1af45e, trained on 167k doc/code tokens), vocabulary
+#           rebuilt from its own subset, held-out every 100 steps on the same sample, stop on plateau; plus
+#           0-step evaluations of SCALE_INIT and of the shipped head on that sample (reference rows).
+# scaling-report  results/data-scaling: the table, JSON lines and plot of the scaling runs.
 # The shipped head: data stopped at 544,788 answer tokens, then baseline, ab, train (TTT 3, 35 minutes) from the
 # head before it (git show f1af45e:assets/heads/smollm2-135m-eagle3/...), exported to CANDIDATE and copied over.
 # The trainer reads the shards' rows per batch (train.data.ShardFile): memory does not grow with the data.
 #
 # Knobs (environment): PER_CATEGORY, MAX_ANSWER_TOKENS, DATA_BATCH, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS,
 # DATA_TIME_LIMIT (s, empty: none), INIT_HEAD, TRAIN_MINUTES, AB_STEPS, TTT_A, TTT_B, TTT_STEPS, DRAFT_VOCAB,
-# TRAIN_BUCKETS, HELDOUT_MAX, PATIENCE, CANDIDATE, OUT (export stage).
+# TRAIN_BUCKETS, HELDOUT_MAX, PATIENCE, CANDIDATE, OUT (export stage), SCALE_POINTS, SCALE_STEPS, SCALE_INIT,
+# SCALE_INIT_COMMIT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GLOG_v=3
@@ -36,7 +44,7 @@ CANDIDATE=${CANDIDATE:-$HOME_DIR/heads/smollm2-135m-eagle3-chat}
 INIT_HEAD=${INIT_HEAD:-assets/heads/smollm2-135m-eagle3}
 LOGDIR=${LOGDIR:-$HOME_DIR/train_logs}
 PER_CATEGORY=${PER_CATEGORY:-2500}
-MAX_ANSWER_TOKENS=${MAX_ANSWER_TOKENS:-2000000}
+MAX_ANSWER_TOKENS=${MAX_ANSWER_TOKENS:-2200000}
 DATA_BATCH=${DATA_BATCH:-128}
 MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-192}
 MAX_PROMPT_TOKENS=${MAX_PROMPT_TOKENS:-160}
@@ -50,6 +58,10 @@ TTT_STEPS=${TTT_STEPS:-3}  # the ab stage: 3 steps match 7 at depth 3 in a third
 DRAFT_VOCAB=${DRAFT_VOCAB:-6144}
 HELDOUT_MAX=${HELDOUT_MAX:-128}
 PATIENCE=${PATIENCE:-4}
+SCALE_POINTS=${SCALE_POINTS:-167000,500000,1000000,2000000}
+SCALE_STEPS=${SCALE_STEPS:-1000}
+SCALE_INIT_COMMIT=${SCALE_INIT_COMMIT:-f1af45e}
+SCALE_INIT=${SCALE_INIT:-$HOME_DIR/heads/doc167k-$SCALE_INIT_COMMIT}
 STAGE=${1:-all}
 export MSE_KERNEL_THREADS=${MSE_KERNEL_THREADS:-2}  # a dedicated machine: the generator's 128-row forwards gain
 mkdir -p "$LOGDIR"
@@ -85,6 +97,28 @@ run_stage() {
         [ -f "$RUNS/$r/state.json" ] && runs+=("$r=$RUNS/$r")
       done
       "$PY" scripts/head_runs_report.py results/head-training "${runs[@]}" ;;
+    scaling)
+      if [ ! -f "$SCALE_INIT/config.json" ]; then  # the head as committed then (needs this git checkout)
+        mkdir -p "$SCALE_INIT.tmp"
+        git archive "$SCALE_INIT_COMMIT" assets/heads/smollm2-135m-eagle3 | tar -x -C "$SCALE_INIT.tmp"
+        mv "$SCALE_INIT.tmp/assets/heads/smollm2-135m-eagle3" "$SCALE_INIT" && rm -rf "$SCALE_INIT.tmp"
+      fi
+      INIT_HEAD="$SCALE_INIT" train scale-ref-init "$TTT_STEPS" 1 --vocab-from-head --max-steps 0 \
+        --out "$RUNS/scale-ref-init-head"
+      INIT_HEAD=assets/heads/smollm2-135m-eagle3 train scale-ref-shipped "$TTT_STEPS" 1 --vocab-from-head \
+        --max-steps 0 --out "$RUNS/scale-ref-shipped-head"
+      for n in ${SCALE_POINTS//,/ }; do
+        INIT_HEAD="$SCALE_INIT" train "scale-$n" "$TTT_STEPS" 100000 --max-answer-tokens "$n" \
+          --max-steps "$SCALE_STEPS" --eval-every 100 --ckpt-every 50 --patience "$PATIENCE" --out "$RUNS/scale-$n-head"
+      done ;;
+    scaling-report)
+      runs=()
+      for n in ${SCALE_POINTS//,/ }; do
+        [ -f "$RUNS/scale-$n/state.json" ] && runs+=("scale-$n=$RUNS/scale-$n")
+      done
+      "$PY" scripts/head_runs_report.py results/data-scaling "${runs[@]}" --scaling
+      "$PY" scripts/head_runs_report.py results/data-scaling/references \
+        "init=$RUNS/scale-ref-init" "shipped=$RUNS/scale-ref-shipped" ;;
     export)
       "$PY" -m mindspore_eagle.train.trainer --data "$DATA" --run-dir "$RUNS/main" --out "$OUT" --export-only ;;
   esac

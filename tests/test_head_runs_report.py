@@ -41,3 +41,20 @@ def test_runs_of_different_ttt_lengths_compare_on_their_common_depth():
     rows = [{"best_acc": [0.6, 0.5, 0.4, 0.3]}, {"best_acc": [0.7, 0.4]}]
     assert add_common_depth(rows) == 2
     assert [r["tau_common"] for r in rows] == [1.9, 1.98]
+
+
+def test_scaling_table_orders_by_data_and_reports_passes_and_why_each_run_stopped(tmp_path):
+    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "head_runs_report.py")
+    for name, taus, tokens, positions, stop in (("big", [1.0, 1.5, 1.8], 4000, 51200, "steps"),
+                                                ("small", [1.0, 1.4, 1.3], 1000, 1024, "plateau")):
+        _state(tmp_path / name, taus, tokens)
+        state = json.loads((tmp_path / name / "state.json").read_text())
+        state["data"]["train_positions"], state["stopped_by"] = positions, stop
+        (tmp_path / name / "state.json").write_text(json.dumps(state))
+    subprocess.run([sys.executable, script, str(tmp_path / "out"), f"big={tmp_path / 'big'}",
+                    f"small={tmp_path / 'small'}", "--scaling"], capture_output=True, text=True, check=True)
+    lines = (tmp_path / "out" / "scaling.md").read_text().splitlines()[2:]
+    # 100 steps x 1024 entries: 100 passes over 1,024 positions, 2 over 51,200; tau over depth 2 of acc .5/.4
+    assert lines[0].startswith("| small | 1,000 |") and "| 100 | 100.0 | plateau | 50 | 1.700 |" in lines[0]
+    assert lines[1].startswith("| big | 4,000 |") and "| 100 | 2.0 | steps | 100 | 1.700 |" in lines[1]
+    assert (tmp_path / "out" / "scaling.png").stat().st_size > 0

@@ -157,3 +157,15 @@ def test_generation_stops_at_an_answer_token_limit_and_a_larger_limit_resumes(ti
     rest = [i for i in items if i.id not in done]
     run_generation(tiny_taps_dir, out, rest, None, 4, 12, 8, None, 16, (24, 40), max_answer_tokens=150)
     assert stored_answer_tokens(out) >= 150 and len({s.pid for s in load_sequences(out)}) > len(done)
+
+
+def test_progress_eta_is_the_first_of_last_conversation_and_token_goal():
+    """A run stopping at ``--max-answer-tokens`` long before its last conversation must not print the latter's
+    ETA (hours for a run that ends in minutes)."""
+    from mindspore_eagle.train.data import _Progress
+
+    # 100 of 1000 conversations and 1000 tokens in 360 s: conversations end in 3240 s, a 2000-token goal in 360 s
+    assert _Progress(1000, 0).eta_h(100, 1000, 360.0) == pytest.approx(0.9)
+    assert _Progress(1000, 0, token_goal=2000).eta_h(100, 1000, 360.0) == pytest.approx(0.1)
+    assert _Progress(120, 0, token_goal=10 ** 9).eta_h(100, 1000, 360.0) == pytest.approx(0.02)  # 20 left: 72 s
+    assert _Progress(1000, 0, token_goal=500).eta_h(100, 1000, 360.0) == 0.0  # goal passed

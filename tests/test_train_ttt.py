@@ -244,6 +244,9 @@ def test_train_draft_cli_trains_exports_and_resumes(tiny, tiny_dir, tmp_path, ca
     assert cli.main(args + ["--max-steps", "3"]) == 0
     state = json.loads((tmp_path / "run" / "state.json").read_text())
     assert state["step"] == 3 and state["train_seconds"] > 0 and state["history"][-1]["step"] == 3
+    assert state["stopped_by"] == "steps" and [h["step"] for h in state["history"]] == [0, 2, 3]
+    data_info = state["data"]
+    assert data_info["train_positions"] > data_info["train_answer_tokens"] > 0  # prompts count as positions
     assert sorted(os.listdir(tmp_path / "head")) == ["config.json", "model.safetensors"]
     cfg = convert_eagle3(str(tmp_path / "head"), str(tmp_path / "ours"))
     assert cfg.draft_vocab_size == 40 and cfg.hidden_size == tiny[0].cfg.hidden_size
@@ -252,6 +255,11 @@ def test_train_draft_cli_trains_exports_and_resumes(tiny, tiny_dir, tmp_path, ca
     assert "resumed from step 3" in capsys.readouterr().err
     state2 = json.loads((tmp_path / "run" / "state.json").read_text())
     assert state2["step"] == 5 and state2["train_seconds"] >= state["train_seconds"]
+    # a held-out gain of 10 never comes: patience 1 stops at the first evaluation after step 0 and says so
+    plateau = [a if a != str(tmp_path / "run") else str(tmp_path / "run-plateau") for a in args]
+    assert cli.main(plateau + ["--max-steps", "9", "--patience", "1", "--min-delta", "10"]) == 0
+    state3 = json.loads((tmp_path / "run-plateau" / "state.json").read_text())
+    assert state3["stopped_by"] == "plateau" and state3["step"] == 2 and len(state3["history"]) == 2
 
 
 def test_a_run_started_from_a_head_keeps_its_weights_and_moves_lm_head_rows_by_token(tiny, tiny_dir, tmp_path):

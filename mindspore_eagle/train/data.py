@@ -182,11 +182,21 @@ def load_sequences(data_dir: str) -> list[Sequence_]:
 
 
 class _Progress:
-    """A progress line on stderr every ``every_s`` seconds: conversations, answer tokens, rate, ETA."""
+    """A progress line on stderr every ``every_s`` seconds: conversations, answer tokens, rate, ETA.
 
-    def __init__(self, total: int, done: int, every_s: float = 5.0):
-        self.total, self.done0, self.every_s = total, done, every_s
+    ``token_goal``: the answer tokens this run still has to produce (``--max-answer-tokens`` minus what the
+    directory holds); the ETA is then whichever end comes first, the last conversation or the token goal."""
+
+    def __init__(self, total: int, done: int, every_s: float = 5.0, token_goal: int | None = None):
+        self.total, self.done0, self.every_s, self.token_goal = total, done, every_s, token_goal
         self.t0 = self.last = time.time()
+
+    def eta_h(self, done: int, tokens: int, elapsed: float) -> float:
+        new = done - self.done0
+        etas = [(self.total - done) * elapsed / new / 3600] if new > 0 else []
+        if self.token_goal is not None and tokens > 0:
+            etas.append(max(0, self.token_goal - tokens) * elapsed / tokens / 3600)
+        return min(etas) if etas else float("nan")
 
     def __call__(self, done: int, tokens: int, force: bool = False) -> None:
         now = time.time()
@@ -194,9 +204,8 @@ class _Progress:
             return
         self.last = now
         el = now - self.t0
-        new = done - self.done0
         rate = tokens / el if el > 0 else 0.0
-        eta = (self.total - done) * el / new / 3600 if new > 0 else float("nan")
+        eta = self.eta_h(done, tokens, el)
         bar = "#" * int(30 * done / max(self.total, 1))
         print(f"\r[{bar:<30}] {done}/{self.total} conversations  {tokens} answer tok  {rate:.1f} tok/s  "
               f"{el / 60:.1f} min  ETA {eta:.2f} h ", end="", file=sys.stderr, flush=True)
@@ -290,7 +299,9 @@ def run_generation(model_dir: str, out_dir: str, items: list, tokenizer, batch_s
     manifest = read_manifest(out_dir)
     done0 = len(finished_conversations(out_dir))
     state = {"shard": len(manifest), "done": done0, "tokens": 0, "buffer": []}
-    progress = _Progress(done0 + len(items), done0)
+    tokens0 = stored_answer_tokens(out_dir)
+    progress = _Progress(done0 + len(items), done0,
+                         token_goal=None if max_answer_tokens is None else max_answer_tokens - tokens0)
     flush_every = max(1, batch_size // 4)
     eos = tokenizer.eos_token_ids if tokenizer is not None else ()
 
@@ -320,8 +331,6 @@ def run_generation(model_dir: str, out_dir: str, items: list, tokenizer, batch_s
         progress(state["done"] + len(state["buffer"]), state["tokens"])
 
     t0 = time.time()
-
-    tokens0 = stored_answer_tokens(out_dir)
 
     def enough_tokens() -> bool:
         return max_answer_tokens is not None and tokens0 + state["tokens"] >= max_answer_tokens

@@ -412,9 +412,11 @@ def train_draft_main(argv: list[str] | None = None) -> int:
         np.savez(vocab_path, d2t=vocab.d2t)
     held_counts = count_tokens([s.tokens[s.prompt_len:] for s in held], tcfg.vocab_size)
     n_tok = sum(len(s.tokens) - s.prompt_len for s in train)
+    n_pos = sum(len(s.tokens) for s in train)  # every position a training sequence offers (answers and prompts)
     print(f"data: {len(train)} train / {len(held)} held-out sequences, {n_tok} answer tokens; draft vocab "
           f"{vocab.size}, held-out coverage {coverage(held_counts, vocab):.4f}", file=sys.stderr)
-    data_info = {"train_sequences": len(train), "train_answer_tokens": int(n_tok), "heldout_sequences": len(held),
+    data_info = {"train_sequences": len(train), "train_answer_tokens": int(n_tok), "train_positions": int(n_pos),
+                 "heldout_sequences": len(held),
                  "draft_vocab": vocab.size, "heldout_coverage": round(coverage(held_counts, vocab), 4)}
 
     cfg = DraftConfig(hidden_size=tcfg.hidden_size, intermediate_size=tcfg.intermediate_size,
@@ -501,17 +503,21 @@ def train_draft_main(argv: list[str] | None = None) -> int:
             elif trainer.step % a.ckpt_every == 0:
                 checkpoint(False)
             if trainer.step >= total or timed_out:
+                state["stopped_by"] = "steps" if trainer.step >= total else "time"
                 stop = True
                 break
             if trainer.step % a.eval_every == 0 and plateau.reached(state["history"]):
                 print(f"\nheld-out tau plateaued ({a.patience} evaluations without +{a.min_delta}): stopping",
                       file=sys.stderr)
+                state["stopped_by"] = "plateau"
                 stop = True
                 break
         epoch += 1
         skip = 0
     if not state["history"] or state["history"][-1]["step"] != trainer.step:
         checkpoint(True)
+    else:
+        checkpoint(False)  # the last evaluation is of this step; the state still records why the run stopped
     do_export()
     return 0
 
