@@ -23,6 +23,7 @@
 #           (default: the head before the chat data, commit f1af45e, trained on 167k doc/code tokens), vocabulary
 #           rebuilt from its own subset, held-out every 100 steps on the same sample, stop on plateau; plus
 #           0-step evaluations of SCALE_INIT and of the shipped head on that sample (reference rows).
+#           SCALE_TAG=-1869 SCALE_STEPS=1869 SCALE_POINTS=167000: the same at the shipped head's step count.
 # scaling-report  results/data-scaling: the table, JSON lines and plot of the scaling runs.
 # The shipped head: data stopped at 544,788 answer tokens, then baseline, ab, train (TTT 3, 35 minutes) from the
 # head before it (git show f1af45e:assets/heads/smollm2-135m-eagle3/...), exported to CANDIDATE and copied over.
@@ -62,6 +63,7 @@ SCALE_POINTS=${SCALE_POINTS:-167000,500000,1000000,2000000}
 SCALE_STEPS=${SCALE_STEPS:-800}
 SCALE_INIT_COMMIT=${SCALE_INIT_COMMIT:-f1af45e}
 SCALE_INIT=${SCALE_INIT:-$HOME_DIR/heads/doc167k-$SCALE_INIT_COMMIT}
+SCALE_TAG=${SCALE_TAG:-}  # appended to the scaling runs' names: another step budget is another set of runs
 STAGE=${1:-all}
 export MSE_KERNEL_THREADS=${MSE_KERNEL_THREADS:-2}  # a dedicated machine: the generator's 128-row forwards gain
 mkdir -p "$LOGDIR"
@@ -108,15 +110,16 @@ run_stage() {
       INIT_HEAD=assets/heads/smollm2-135m-eagle3 train scale-ref-shipped "$TTT_STEPS" 1 --vocab-from-head \
         --max-steps 0 --out "$RUNS/scale-ref-shipped-head"
       for n in ${SCALE_POINTS//,/ }; do
-        INIT_HEAD="$SCALE_INIT" train "scale-$n" "$TTT_STEPS" 100000 --max-answer-tokens "$n" \
-          --max-steps "$SCALE_STEPS" --eval-every 100 --ckpt-every 50 --patience "$PATIENCE" --out "$RUNS/scale-$n-head"
+        INIT_HEAD="$SCALE_INIT" train "scale-$n$SCALE_TAG" "$TTT_STEPS" 100000 --max-answer-tokens "$n" \
+          --max-steps "$SCALE_STEPS" --eval-every 100 --ckpt-every 50 --patience "$PATIENCE" \
+          --out "$RUNS/scale-$n$SCALE_TAG-head"
       done ;;
     scaling-report)
       runs=()
       for n in ${SCALE_POINTS//,/ }; do
-        [ -f "$RUNS/scale-$n/state.json" ] && runs+=("scale-$n=$RUNS/scale-$n")
+        [ -f "$RUNS/scale-$n$SCALE_TAG/state.json" ] && runs+=("scale-$n$SCALE_TAG=$RUNS/scale-$n$SCALE_TAG")
       done
-      "$PY" scripts/head_runs_report.py results/data-scaling "${runs[@]}" --scaling
+      "$PY" scripts/head_runs_report.py "results/data-scaling${SCALE_TAG:+/steps$SCALE_TAG}" "${runs[@]}" --scaling
       "$PY" scripts/head_runs_report.py results/data-scaling/references \
         "init=$RUNS/scale-ref-init" "shipped=$RUNS/scale-ref-shipped" ;;
     export)
