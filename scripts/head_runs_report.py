@@ -92,7 +92,7 @@ def scaling_table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_scaling(rows: list[dict], path: str) -> bool:
+def plot_scaling(rows: list[dict], path: str, references: list[dict] = ()) -> bool:
     try:
         import matplotlib
 
@@ -109,6 +109,12 @@ def plot_scaling(rows: list[dict], path: str) -> bool:
     for x, r in zip(xs, rows):  # open markers: stopped before a plateau (a lower bound)
         if r["stopped_by"] != "plateau":
             left.plot([x], [r["tau_common"]], marker="o", mfc="white", color="C0")
+    for i, ref in enumerate(references):  # other heads on the same held-out sample: the scale of the gains
+        tau = tau_over(ref["best_acc"], depth)
+        left.axhline(tau, color=f"C{i + 1}", ls="--", lw=1)
+        left.annotate(f"{ref['run']} {tau:.3f}", (xs[0], tau), xytext=(0, 3), textcoords="offset points", fontsize=8)
+    left.set_ylim(1.0, max([r["tau_common"] for r in rows] + [tau_over(r["best_acc"], depth) for r in references])
+                  + 0.15)
     left.set_ylabel(f"best held-out simulated tau, depth {depth}")
     for i in range(min(len(r["best_acc"]) for r in rows)):
         right.plot(xs, [r["best_acc"][i] for r in rows], marker="o", label=f"acc_{i}")
@@ -116,6 +122,8 @@ def plot_scaling(rows: list[dict], path: str) -> bool:
     right.legend(fontsize=8)
     for ax in (left, right):
         ax.set_xscale("log")
+        ax.set_xticks(xs, [f"{x / 1e6:.2f}M" if x >= 1e6 else f"{x / 1e3:.0f}k" for x in xs])
+        ax.minorticks_off()
         ax.set_xlabel("training answer tokens")
         ax.grid(alpha=0.3, which="both")
     fig.suptitle("data scaling (open marker: stopped before a plateau)", fontsize=9)
@@ -153,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("runs", nargs="+", help="NAME=RUN_DIR")
     ap.add_argument("--tokens-per-batch", type=int, default=1024)
     ap.add_argument("--scaling", action="store_true", help="also the data-scaling table and plot")
+    ap.add_argument("--reference", action="append", default=[], metavar="NAME=RUN_DIR",
+                    help="with --scaling: a head evaluated on the same held-out sample, drawn as a line")
     a = ap.parse_args(argv)
     pairs = []
     for spec in a.runs:
@@ -176,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.scaling:
         with open(os.path.join(a.out, "scaling.md"), "w") as f:
             f.write(scaling_table(rows))
-        plot_scaling(rows, os.path.join(a.out, "scaling.png"))
+        refs = [summarise(*spec.split("=", 1)) for spec in a.reference]
+        plot_scaling(rows, os.path.join(a.out, "scaling.png"), refs)
         print(scaling_table(rows))
     return 0
 

@@ -119,7 +119,8 @@ run_stage() {
       for n in ${SCALE_POINTS//,/ }; do
         [ -f "$RUNS/scale-$n$SCALE_TAG/state.json" ] && runs+=("scale-$n$SCALE_TAG=$RUNS/scale-$n$SCALE_TAG")
       done
-      "$PY" scripts/head_runs_report.py "results/data-scaling${SCALE_TAG:+/steps$SCALE_TAG}" "${runs[@]}" --scaling
+      "$PY" scripts/head_runs_report.py "results/data-scaling${SCALE_TAG:+/steps$SCALE_TAG}" "${runs[@]}" --scaling \
+        --reference "init=$RUNS/scale-ref-init" --reference "shipped=$RUNS/scale-ref-shipped"
       "$PY" scripts/head_runs_report.py results/data-scaling/references \
         "init=$RUNS/scale-ref-init" "shipped=$RUNS/scale-ref-shipped" ;;
     export)

@@ -51,8 +51,10 @@ def test_scaling_table_orders_by_data_and_reports_passes_and_why_each_run_stoppe
         state = json.loads((tmp_path / name / "state.json").read_text())
         state["data"]["train_positions"], state["stopped_by"] = positions, stop
         (tmp_path / name / "state.json").write_text(json.dumps(state))
+    _state(tmp_path / "ref", [2.0], 4000)  # another head on the same held-out sample, drawn as a line
     subprocess.run([sys.executable, script, str(tmp_path / "out"), f"big={tmp_path / 'big'}",
-                    f"small={tmp_path / 'small'}", "--scaling"], capture_output=True, text=True, check=True)
+                    f"small={tmp_path / 'small'}", "--scaling", "--reference", f"ref={tmp_path / 'ref'}"],
+                   capture_output=True, text=True, check=True)
     lines = (tmp_path / "out" / "scaling.md").read_text().splitlines()[2:]
     # 100 steps x 1024 entries: 100 passes over 1,024 positions, 2 over 51,200; tau over depth 2 of acc .5/.4
     assert lines[0].startswith("| small | 1,000 |") and "| 100 | 100.0 | plateau | 50 | 1.700 |" in lines[0]
