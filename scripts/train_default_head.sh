@@ -31,8 +31,8 @@
 #
 # Knobs (environment): PER_CATEGORY, MAX_ANSWER_TOKENS, DATA_BATCH, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS,
 # DATA_TIME_LIMIT (s, empty: none), INIT_HEAD, TRAIN_MINUTES, AB_STEPS, TTT_A, TTT_B, TTT_STEPS, DRAFT_VOCAB,
-# TRAIN_BUCKETS, HELDOUT_MAX, PATIENCE, CANDIDATE, OUT (export stage), SCALE_POINTS, SCALE_STEPS, SCALE_INIT,
-# SCALE_INIT_COMMIT.
+# TRAIN_BUCKETS, HELDOUT_MAX, PATIENCE, TRAIN_RUN, REPORT, LR, CANDIDATE, OUT (export stage), SCALE_POINTS,
+# SCALE_STEPS, SCALE_INIT, SCALE_INIT_COMMIT, SCALE_TAG.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GLOG_v=3
@@ -59,6 +59,9 @@ TTT_STEPS=${TTT_STEPS:-3}  # the ab stage: 3 steps match 7 at depth 3 in a third
 DRAFT_VOCAB=${DRAFT_VOCAB:-6144}
 HELDOUT_MAX=${HELDOUT_MAX:-128}
 PATIENCE=${PATIENCE:-4}
+TRAIN_RUN=${TRAIN_RUN:-main}  # the train stage's run name (another data set or schedule: another name)
+REPORT=${REPORT:-results/head-training}  # the report stage's output directory
+LR=${LR:-2e-3}  # peak learning rate (warm-up, then cosine to a tenth by MAX_STEPS or TRAIN_MINUTES)
 SCALE_POINTS=${SCALE_POINTS:-167000,500000,1000000,2000000}
 SCALE_STEPS=${SCALE_STEPS:-800}
 SCALE_INIT_COMMIT=${SCALE_INIT_COMMIT:-f1af45e}
@@ -73,7 +76,7 @@ train() {  # train RUN_NAME TTT_STEPS MINUTES [extra trainer flags...]
   shift 3
   "$PY" -m mindspore_eagle.train.trainer --data "$DATA" --run-dir "$RUNS/$name" --ttt-steps "$steps" \
     --draft-vocab "$DRAFT_VOCAB" --time-limit-min "$minutes" --buckets "$TRAIN_BUCKETS" --prompt-loss \
-    --heldout-max "$HELDOUT_MAX" --init-head "$INIT_HEAD" "$@"
+    --heldout-max "$HELDOUT_MAX" --init-head "$INIT_HEAD" --lr "$LR" "$@"
 }
 
 run_stage() {
@@ -91,14 +94,14 @@ run_stage() {
           --out "$RUNS/ab-ttt$steps-head"
       done ;;
     train)
-      train main "$TTT_STEPS" "$TRAIN_MINUTES" --eval-every 50 --ckpt-every 25 --patience "$PATIENCE" \
+      train "$TRAIN_RUN" "$TTT_STEPS" "$TRAIN_MINUTES" --eval-every 50 --ckpt-every 25 --patience "$PATIENCE" \
         --out "$CANDIDATE" ;;
     report)
       runs=()
-      for r in baseline "ab-ttt$TTT_A" "ab-ttt$TTT_B" main; do
+      for r in baseline "ab-ttt$TTT_A" "ab-ttt$TTT_B" "$TRAIN_RUN"; do
         [ -f "$RUNS/$r/state.json" ] && runs+=("$r=$RUNS/$r")
       done
-      "$PY" scripts/head_runs_report.py results/head-training "${runs[@]}" ;;
+      "$PY" scripts/head_runs_report.py "$REPORT" "${runs[@]}" ;;
     scaling)
       if [ ! -f "$SCALE_INIT/config.json" ]; then  # the head as committed then (needs this git checkout)
         mkdir -p "$SCALE_INIT.tmp"
@@ -124,7 +127,7 @@ run_stage() {
       "$PY" scripts/head_runs_report.py results/data-scaling/references \
         "init=$RUNS/scale-ref-init" "shipped=$RUNS/scale-ref-shipped" ;;
     export)
-      "$PY" -m mindspore_eagle.train.trainer --data "$DATA" --run-dir "$RUNS/main" --out "$OUT" --export-only ;;
+      "$PY" -m mindspore_eagle.train.trainer --data "$DATA" --run-dir "$RUNS/$TRAIN_RUN" --out "$OUT" --export-only ;;
   esac
 }
 
