@@ -101,6 +101,7 @@ run_stage() {
       for r in baseline "ab-ttt$TTT_A" "ab-ttt$TTT_B" "$TRAIN_RUN"; do
         [ -f "$RUNS/$r/state.json" ] && runs+=("$r=$RUNS/$r")
       done
+      [ ${#runs[@]} -gt 0 ] || { echo "report: no finished run under $RUNS (train one first)" >&2; exit 2; }
       "$PY" scripts/head_runs_report.py "$REPORT" "${runs[@]}" ;;
     scaling)
       if [ ! -f "$SCALE_INIT/config.json" ]; then  # the head as committed then (needs this git checkout)
