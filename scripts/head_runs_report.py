@@ -109,12 +109,11 @@ def plot_scaling(rows: list[dict], path: str, references: list[dict] = ()) -> bo
     for x, r in zip(xs, rows):  # open markers: stopped before a plateau (a lower bound)
         if r["stopped_by"] != "plateau":
             left.plot([x], [r["tau_common"]], marker="o", mfc="white", color="C0")
-    for i, ref in enumerate(references):  # other heads on the same held-out sample: the scale of the gains
-        tau = tau_over(ref["best_acc"], depth)
+    ref_taus = [tau_over(ref["best_acc"], depth) for ref in references]
+    for i, (ref, tau) in enumerate(zip(references, ref_taus)):  # other heads on the same held-out sample
         left.axhline(tau, color=f"C{i + 1}", ls="--", lw=1)
         left.annotate(f"{ref['run']} {tau:.3f}", (xs[0], tau), xytext=(0, 3), textcoords="offset points", fontsize=8)
-    left.set_ylim(1.0, max([r["tau_common"] for r in rows] + [tau_over(r["best_acc"], depth) for r in references])
-                  + 0.15)
+    left.set_ylim(1.0, max([r["tau_common"] for r in rows] + ref_taus) + 0.15)
     left.set_ylabel(f"best held-out simulated tau, depth {depth}")
     for i in range(min(len(r["best_acc"]) for r in rows)):
         right.plot(xs, [r["best_acc"][i] for r in rows], marker="o", label=f"acc_{i}")
@@ -155,6 +154,14 @@ def plot(rows: list[dict], path: str, tokens_per_batch: int) -> bool:
     return True
 
 
+def _name_and_dir(spec: str) -> tuple[str, str]:
+    """A NAME=RUN_DIR argument (runs and references alike), refused before any file is read."""
+    if "=" not in spec:
+        raise SystemExit(f"{spec!r}: expected NAME=RUN_DIR")
+    name, run_dir = spec.split("=", 1)
+    return name, run_dir
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
@@ -164,12 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reference", action="append", default=[], metavar="NAME=RUN_DIR",
                     help="with --scaling: a head evaluated on the same held-out sample, drawn as a line")
     a = ap.parse_args(argv)
-    pairs = []
-    for spec in a.runs:
-        if "=" not in spec:
-            raise SystemExit(f"{spec!r}: expected NAME=RUN_DIR")
-        pairs.append(spec.split("=", 1))
-    rows = [summarise(n, d) for n, d in pairs]
+    if a.reference and not a.scaling:
+        raise SystemExit("--reference: only the --scaling plot draws references; add --scaling")
+    rows = [summarise(*_name_and_dir(spec)) for spec in a.runs]
+    refs = [summarise(*_name_and_dir(spec)) for spec in a.reference]
     add_common_depth(rows)
     add_passes(rows, a.tokens_per_batch)
     if a.scaling and any("train_answer_tokens" not in r for r in rows):
@@ -186,7 +191,6 @@ def main(argv: list[str] | None = None) -> int:
     if a.scaling:
         with open(os.path.join(a.out, "scaling.md"), "w") as f:
             f.write(scaling_table(rows))
-        refs = [summarise(*spec.split("=", 1)) for spec in a.reference]
         plot_scaling(rows, os.path.join(a.out, "scaling.png"), refs)
         print(scaling_table(rows))
     return 0

@@ -60,3 +60,15 @@ def test_scaling_table_orders_by_data_and_reports_passes_and_why_each_run_stoppe
     assert lines[0].startswith("| small | 1,000 |") and "| 100 | 100.0 | plateau | 50 | 1.700 |" in lines[0]
     assert lines[1].startswith("| big | 4,000 |") and "| 100 | 2.0 | steps | 100 | 1.700 |" in lines[1]
     assert (tmp_path / "out" / "scaling.png").stat().st_size > 0
+
+
+def test_a_malformed_or_misplaced_reference_is_refused_before_anything_is_written(tmp_path):
+    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "head_runs_report.py")
+    _state(tmp_path / "run", [1.0, 1.5], 4000)
+    for extra, message in ((["--scaling", "--reference", str(tmp_path / "run")], "expected NAME=RUN_DIR"),
+                           (["--reference", f"ref={tmp_path / 'run'}"], "add --scaling")):
+        out = tmp_path / "out"
+        proc = subprocess.run([sys.executable, script, str(out), f"run={tmp_path / 'run'}", *extra],
+                              capture_output=True, text=True)
+        assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+        assert not out.exists()
