@@ -1,11 +1,13 @@
 """Greedy vs speculative on the same prompt, side by side: the one comparison harness.
 
 ``bench``, ``eval`` and the msrun generation script all measure the same way, through ``warm_up`` and
-``compare``:
+``compare`` (``generate`` warms up the same way before its one timed request):
 
 * **warm-up** (untimed, never reported): before the first timed request every graph either run can meet is
-  compiled -- a prompt of each bucket length up to the prefill chunk (each prefill bucket of the teacher and each
-  context chunk of the draft head), greedy then speculative, the cache's row-move graph of every tree bucket, and
+  compiled -- a prompt of each bucket length up to the prefill chunk (each prefill bucket of the teacher), greedy
+  then speculative, the draft head's context forward at every bucket (``Eagle3Proposer.warm_up``: an adaptive
+  hybrid proposer catches the head up on many tokens at once, in any bucket), the cache's row-move graph of every
+  tree bucket, and
   (primitive attention path) every context bucket a longer request reaches with the token buckets seen so far.
   Without it the first request whose prompt ends in a new bucket pays a compile inside one of its two timed runs
   and reports a bogus speedup (measured: 3.2 instead of 11.5 tok/s greedy).
@@ -73,14 +75,17 @@ def warm_up(engine: SpeculativeEngine, proposer_for: ProposerFactory | None, exa
     repeated or cut to each bucket length. ``proposer_for`` None: greedy only."""
     rt, max_len = engine.runtime, engine.teacher.max_len
     example = list(example)
+    proposer = None
     for b in rt.buckets.sizes:
         if b > rt.prefill_chunk or b + 16 >= max_len:
             continue
         ids = (example * (b // len(example) + 1))[:b]
         greedy = engine.generate(ids, min(8, max_new_tokens), eos)
         if proposer_for is not None:
-            engine.generate(ids, min(16, max_new_tokens), eos, proposer=proposer_for(greedy))
+            proposer = proposer_for(greedy)
+            engine.generate(ids, min(16, max_new_tokens), eos, proposer=proposer)
     _warm_up_context_buckets(engine, example)
+    _warm_up_head(proposer)
     if proposer_for is not None:
         # The row-move graph of each tree bucket: a path [0, 2] moves one row; the round is then discarded.
         for b in rt.buckets.sizes:
@@ -89,6 +94,17 @@ def warm_up(engine: SpeculativeEngine, proposer_for: ProposerFactory | None, exa
                 engine.cache.begin_round(b)
                 engine.cache.commit([0, 2])
         engine.cache.reset()
+
+
+def _warm_up_head(proposer) -> None:
+    """The EAGLE head's context forward at every bucket (``Eagle3Proposer.warm_up``): the requests above reach
+    only the buckets their catch-ups happened to need, and an adaptive hybrid proposer may skip growth (hence
+    catch-ups) for most of them."""
+    from .draft import Eagle3Proposer, HybridProposer
+
+    head = proposer.eagle if isinstance(proposer, HybridProposer) else proposer
+    if isinstance(head, Eagle3Proposer):
+        head.warm_up()
 
 
 def _warm_up_context_buckets(engine: SpeculativeEngine, example: Sequence[int]) -> None:

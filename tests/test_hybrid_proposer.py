@@ -32,9 +32,9 @@ COSTLY_GROWTH = VerifyCosts(((1, 70.0), (8, 125.0), (16, 126.0), (32, 176.0)), g
 
 
 @pytest.fixture(scope="module")
-def setup(hf_tiny, tmp_path_factory):
-    """Teacher (transformers-checked tiny Llama), two proposers over one random EAGLE-3 head's weights (two
-    head instances: each its own cache), and the teacher's greedy futures of PROMPTS."""
+def parts(hf_tiny, tmp_path_factory):
+    """Teacher (transformers-checked tiny Llama), a factory of proposers over one random EAGLE-3 head's weights
+    (each call a new head instance: its own cache and graphs), and the teacher's greedy futures of PROMPTS."""
     from ckpt_convert import convert_eagle3
 
     _, ms_dir, torch_model = hf_tiny("llama")
@@ -47,7 +47,13 @@ def setup(hf_tiny, tmp_path_factory):
         head = Eagle3DraftHead.load(str(root / "ours"), max_len=draft_cache_len(teacher.max_len, BUDGET))
         return Eagle3Proposer.for_teacher(head, teacher, BUDGET)
 
-    futures = [torch_greedy(torch_model, p, N) for p in PROMPTS]
+    return teacher, make_eagle, [torch_greedy(torch_model, p, N) for p in PROMPTS]
+
+
+@pytest.fixture(scope="module")
+def setup(parts):
+    """The teacher, two proposers (two head instances over the same weights) and the greedy futures."""
+    teacher, make_eagle, futures = parts
     return teacher, make_eagle(), make_eagle(), futures
 
 
@@ -149,3 +155,29 @@ def test_bad_configurations_and_a_foreign_root_are_refused(setup):
     prop.begin([1, 2, 3], np.zeros((3, 0), np.float32), 4)
     with pytest.raises(TreeInvariantError, match="ends with 4"):
         prop.propose(5)
+
+
+def test_after_warm_up_no_catch_up_of_the_head_compiles_inside_a_request(parts):
+    """An adaptive hybrid proposer that stops growing writes everything committed meanwhile into the head in one
+    catch-up at its next growth, in whatever context bucket that needs. The warm-up's own requests reach only the
+    buckets their catch-ups happen to need (prompts stop at the prefill chunk, 16, and growth stops once the
+    profile is learnt); ``harness.warm_up`` must compile the rest, so that a catch-up beyond 16 rows in a later
+    request compiles nothing, and the warm-up must leave the proposer lossless."""
+    from mindspore_eagle.harness import warm_up
+
+    teacher, make_eagle, futures = parts
+    eagle = make_eagle()
+    assert eagle.first_call_s == {}
+    prop = HybridProposer("hybrid", "adaptive", eagle=eagle, max_nodes=32, costs=COSTLY_GROWTH,
+                          buckets=teacher.runtime.buckets, learn_costs=False, explore_every=1000)
+    engine = SpeculativeEngine(teacher)
+    warm_up(engine, lambda greedy: prop, PROMPTS[0], N)
+    compiled = dict(eagle.first_call_s)
+    assert set(compiled) == set(teacher.runtime.buckets.sizes)
+
+    gen = engine.generate(PROMPTS[2], N, proposer=prop)
+    assert list(gen.tokens) == futures[2]
+    assert not any(step.grew for step in prop.log) and prop.pending > 16  # the catch-up below needs bucket 32
+    prop.catch_up()
+    assert prop.pending == 0 and eagle.committed_len == len(PROMPTS[2]) + len(gen.tokens) - 1
+    assert eagle.first_call_s == compiled

@@ -31,6 +31,7 @@ depth).
 from __future__ import annotations
 
 import os
+import time
 from typing import Sequence
 
 import numpy as np
@@ -111,6 +112,8 @@ class Eagle3Proposer:
         self._grow_fn = exec_mode.compile(self.grow_cell)
         self._root: int | None = None  # token of the last committed entry (the next tree's root)
         self._root_hidden: np.ndarray | None = None  # [H] recycled hidden of that entry
+        # context-forward bucket -> seconds of its first call (a graph compile in PERFORMANCE mode)
+        self.first_call_s: dict[int, float] = {}
 
     @classmethod
     def for_teacher(cls, head: Eagle3DraftHead, teacher, budget: TreeBudget, window: int | None = None
@@ -187,13 +190,31 @@ class Eagle3Proposer:
             inputs = ForwardInputs.for_tree(TreeLayout.chain(tokens[off:off + size]), L, bucket, self.cache.max_len)
             x = np.zeros((1, bucket, feats.shape[1]), np.float32)  # padding rows get zero features
             x[0, :size] = feats[off:off + size]
+            t0 = time.perf_counter()
             out = self._head_fn(Tensor(inputs.ids), Tensor(x), Tensor(inputs.positions),
                                 Tensor(self._windowed(inputs.mask, L)), Tensor(inputs.rows))
+            if bucket not in self.first_call_s:
+                out.asnumpy()  # wait for it: the first call's time is the compile's
+                self.first_call_s[bucket] = time.perf_counter() - t0
             self.cache.commit(range(size))
             off += size
             # the root is always the last committed entry, even if a later chunk fails
             self._root = int(tokens[off - 1])
             self._root_hidden = out.asnumpy()[0, size - 1]
+
+    def warm_up(self) -> list[int]:
+        """Run the context forward once at every bucket it has not run yet (in PERFORMANCE mode: compile it), then
+        forget the context; returns those buckets. Why: a ``HybridProposer`` writes into the head, at its next
+        growth, every token committed while the suffix branch drafted alone, so any bucket can come up in the
+        middle of a request, and the first one would compile there (about 1.1 s for the default head on a 2-core
+        CPU: a fifth of a 96-token ``make demo`` generation). Requests a caller times come after this."""
+        width = 3 * self.head.cfg.target_hidden_size
+        run = [b for b in self.buckets.sizes if b not in self.first_call_s and b <= self.cache.max_len]
+        for b in run:
+            self.reset()
+            self.extend([0] * b, np.zeros((b, width), np.float32))
+        self.reset()
+        return run
 
     def grow(self) -> GrownTree:
         """Grow this round's tree from the root (the last committed entry): the best ``max_nodes`` nodes, with
