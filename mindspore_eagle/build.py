@@ -11,7 +11,9 @@ MindFormers adapter all build through ``build``, so every one of them gets the s
    matches over the conversation) or "hybrid" (both in one tree, ``draft.hybrid``), with a ``budget_mode``
    "fixed" (every step verifies the tree budget's nodes) or "adaptive" (each step picks its bucket from the
    candidates' acceptance estimates and the measured bucket costs); loaded once, reused per request. Or an oracle
-   bound ("oracle" / "wrong" as ``draft``, made per request from that request's greedy output).
+   bound ("oracle" / "wrong" as ``draft``, made per request from that request's greedy output). With the suffix
+   source on, ``suffix_calibration`` "shipped" (default) scores suffix candidates with the shipped table;
+   "online" corrects it by what the teacher accepts (``draft.online_calibration``: for another teacher).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from .teacher import Teacher
 ORACLES = ("oracle", "wrong")
 PROPOSERS = ("eagle", "suffix", "hybrid")
 BUDGET_MODES = ("fixed", "adaptive")
+SUFFIX_CALIBRATIONS = ("online", "shipped")
 
 
 @dataclass(frozen=True)
@@ -46,13 +49,14 @@ class Stack:
     budget: TreeBudget | None
     proposer: str = "eagle"  # PROPOSERS (or the oracle's name)
     budget_mode: str = "fixed"  # BUDGET_MODES
+    suffix_calibration: str = "shipped"  # SUFFIX_CALIBRATIONS (unused without the suffix source)
 
     def with_draft(self, draft: str | None, budget: TreeBudget, window: int | None = None, proposer: str = "eagle",
-                   budget_mode: str = "fixed") -> "Stack":
+                   budget_mode: str = "fixed", suffix_calibration: str = "shipped") -> "Stack":
         """This stack (same teacher, engine and tokenizer) with another draft: sweeps load the teacher once."""
         from .draft import HybridProposer, default_head_dir, load_proposer
 
-        check_draft_kind(draft, proposer, budget_mode)
+        check_draft_kind(draft, proposer, budget_mode, suffix_calibration)
         check_draft_fits(self.teacher.runtime, draft, budget)
         if draft in ORACLES:
             factory = oracle_factory(draft, budget.depth, self.teacher.cfg.vocab_size)
@@ -64,15 +68,16 @@ class Stack:
             made = head  # the plain EAGLE-3 proposer: exactly its trees
         else:
             cap = budget.max_nodes if budget_mode == "fixed" else buckets.largest
-            made = HybridProposer(proposer, budget_mode, eagle=head, max_nodes=cap, buckets=buckets.sizes)
+            made = HybridProposer(proposer, budget_mode, eagle=head, max_nodes=cap, buckets=buckets.sizes,
+                                  learn_acceptance=suffix_calibration == "online")
         label = "suffix" if head is None else os.path.abspath(draft or default_head_dir())
         return dataclasses.replace(self, proposer_for=lambda greedy: made, draft_label=label, budget=budget,
-                                   proposer=proposer, budget_mode=budget_mode)
+                                   proposer=proposer, budget_mode=budget_mode, suffix_calibration=suffix_calibration)
 
 
 def build(model: str | None, runtime: RuntimeConfig, draft: str | None = None, budget: TreeBudget | None = None, *,
           speculative: bool = True, window: int | None = None, deployment=None, tokenizer: bool = True,
-          proposer: str = "eagle", budget_mode: str = "fixed") -> Stack:
+          proposer: str = "eagle", budget_mode: str = "fixed", suffix_calibration: str = "shipped") -> Stack:
     """Build a ``Stack`` (see the module docstring). ``model`` None: the installed default teacher; ``draft`` None:
     the shipped head for it; ``speculative`` False: teacher only (no draft is loaded)."""
     from . import deploy
@@ -82,7 +87,7 @@ def build(model: str | None, runtime: RuntimeConfig, draft: str | None = None, b
     model_dir = os.path.abspath(model or require_default_model())
     budget = (budget or TreeBudget()) if speculative else None
     if budget is not None:
-        check_draft_kind(draft, proposer, budget_mode)
+        check_draft_kind(draft, proposer, budget_mode, suffix_calibration)
         check_draft_fits(runtime, draft, budget)
     teacher_cfg = TeacherConfig.load(model_dir)
     check_cache_fits(runtime, teacher_cfg)
@@ -99,16 +104,19 @@ def build(model: str | None, runtime: RuntimeConfig, draft: str | None = None, b
         tok = load_tokenizer(model_dir)
     eos = tuple(dict.fromkeys(tuple(teacher.cfg.eos_token_ids) + (tuple(tok.eos_token_ids) if tok else ())))
     stack = Stack(teacher, SpeculativeEngine(teacher), tok, eos, model_dir, None, "none", None)
-    return stack.with_draft(draft, budget, window, proposer, budget_mode) if speculative else stack
+    return (stack.with_draft(draft, budget, window, proposer, budget_mode, suffix_calibration) if speculative
+            else stack)
 
 
-def check_draft_kind(draft: str | None, proposer: str, budget_mode: str) -> None:
-    """ConfigError naming the flag when the proposer or budget mode is unknown (before anything loads). An oracle
-    ``draft`` replaces the proposer altogether (both flags are then ignored)."""
+def check_draft_kind(draft: str | None, proposer: str, budget_mode: str, suffix_calibration: str = "shipped") -> None:
+    """ConfigError naming the flag when the proposer, budget mode or suffix calibration is unknown (before anything
+    loads). An oracle ``draft`` replaces the proposer altogether (the flags are then ignored)."""
     if proposer not in PROPOSERS:
         raise ConfigError(f"--proposer {proposer!r}: expected one of {PROPOSERS}")
     if budget_mode not in BUDGET_MODES:
         raise ConfigError(f"--budget {budget_mode!r}: expected one of {BUDGET_MODES}")
+    if suffix_calibration not in SUFFIX_CALIBRATIONS:
+        raise ConfigError(f"--suffix-calibration {suffix_calibration!r}: expected one of {SUFFIX_CALIBRATIONS}")
 
 
 def check_draft_fits(runtime: RuntimeConfig, draft: str | None, budget: TreeBudget) -> None:

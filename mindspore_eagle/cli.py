@@ -65,6 +65,10 @@ def _add_spec_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", dest="budget_mode", choices=["fixed", "adaptive"], default=DEFAULT_BUDGET_MODE,
                    help="fixed: every step verifies --max-nodes nodes; adaptive: each step picks its bucket from the "
                         f"candidates' acceptance estimates and measured bucket costs (default {DEFAULT_BUDGET_MODE})")
+    p.add_argument("--suffix-calibration", choices=["shipped", "online"], default="shipped",
+                   help="suffix and hybrid drafting: score suffix candidates with the shipped acceptance table "
+                        "(fitted on the default teacher; the default) or correct it online by what the teacher "
+                        "accepts (for another teacher)")
 
 
 def _runtime(args: argparse.Namespace):
@@ -120,7 +124,8 @@ def _build(args: argparse.Namespace, speculative: bool = True, tokenizer: bool =
 
     return build(args.model, _runtime(args), args.draft if speculative else None,
                  _budget(args) if speculative else None, speculative=speculative, window=args.window,
-                 tokenizer=tokenizer, proposer=args.proposer, budget_mode=args.budget_mode)
+                 tokenizer=tokenizer, proposer=args.proposer, budget_mode=args.budget_mode,
+                 suffix_calibration=args.suffix_calibration)
 
 
 def cmd_setup(args: argparse.Namespace) -> int:

@@ -72,6 +72,7 @@ class RunConfig:
     budget_mode: str = "fixed"  # fixed / adaptive
     dtype: str = "float32"  # Linear compute dtype of teacher and head
     matmul: str = "mindspore"  # the Linear implementation actually used ("custom" or "mindspore")
+    suffix_calibration: str = "shipped"  # shipped / online (traces before the option: shipped)
 
     def __post_init__(self) -> None:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -96,7 +97,7 @@ class RunConfig:
                    max_new_tokens=max_new_tokens, evalset=evalset_digest(items), buckets=rt.buckets.sizes,
                    prefill_chunk=rt.prefill_chunk, proposer=stack.proposer, budget_mode=stack.budget_mode,
                    dtype=stack.teacher.matmul.dtype,
-                   matmul=stack.teacher.matmul.backend)
+                   matmul=stack.teacher.matmul.backend, suffix_calibration=stack.suffix_calibration)
 
 
 # ----- sharding and seeds ------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from mindspore_eagle.draft.budget import EagleProfile, VerifyCosts, plan_budget, should_grow  # noqa: E402
 from mindspore_eagle.draft.hybrid import HybridProposer  # noqa: E402
 from mindspore_eagle.draft.merge import CandidateTree, select, union  # noqa: E402
+from mindspore_eagle.draft.online_calibration import labelled_nodes  # noqa: E402
 from mindspore_eagle.draft.replay import accepted_path, replay  # noqa: E402
 from mindspore_eagle.draft.suffix import (CALIBRATION_FILE, NodeFeatures, SuffixConfig, SuffixIndex,  # noqa: E402
                                           continuation_trie, fit_calibration, node_features, score_trie,
@@ -123,7 +124,7 @@ def common_prefix(a, b) -> int:
 # ----- calibration fit ---------------------------------------------------------------------------------------
 
 
-def labelled_nodes(turns, cfg: SuffixConfig, calibration=None):
+def fit_rows(turns, cfg: SuffixConfig, calibration=None):
     """At every output position, the continuation-trie nodes whose parent lies on the true continuation:
     their features and label (the node is on it too), for the fit. With ``calibration``, also every node's
     path p and whether the whole path is right (reliability rows ``[M, 2]``)."""
@@ -136,15 +137,10 @@ def labelled_nodes(turns, cfg: SuffixConfig, calibration=None):
             idx.extend(t.output[i:i + 1])
             if trie.num_nodes == 1:
                 continue
-            true = np.asarray(t.output[i:i + cfg.max_depth])
-            known = trie.depth <= true.size
-            right = np.zeros(trie.num_nodes, bool)
-            right[0] = True
-            tok, dep, par = trie.tokens, trie.depth, trie.parents
-            for j in range(1, trie.num_nodes):  # parents first
-                right[j] = known[j] and right[par[j]] and tok[j] == true[dep[j] - 1]
-            sel = np.flatnonzero(known & right[par])
-            sel = sel[sel > 0]
+            true = t.output[i:i + cfg.max_depth]
+            known = trie.depth <= len(true)
+            labelled, right = labelled_nodes(trie.tokens, trie.parents, true)
+            sel = np.flatnonzero(labelled)
             f = node_features(trie)
             parts.append(np.stack([f.m_eff[sel], f.role[sel], f.count[sel]], 1))
             labels.append(right[sel])
@@ -436,7 +432,7 @@ def main(argv=None) -> int:
                     "grow_ms": costs.grow_ms, "suffix_ms": costs.suffix_ms}}
 
     if args.fit:
-        feats, labels, _ = labelled_nodes(fit, cfg)
+        feats, labels, _ = fit_rows(fit, cfg)
         calibration = fit_calibration(feats, labels, MATCH_EDGES, COUNT_EDGES,
                                       source=f"scripts/replay_suffix.py --fit on {args.trace}: "
                                       f"{len(fit)} turns of the even-indexed conversations, {labels.size} nodes")
@@ -450,7 +446,7 @@ def main(argv=None) -> int:
         from mindspore_eagle.draft.suffix import default_calibration
 
         calibration = default_calibration()
-    _, _, rel_rows = labelled_nodes(held, cfg, calibration)
+    _, _, rel_rows = fit_rows(held, cfg, calibration)
     result["reliability_eval_half"] = reliability(rel_rows)
     brier = float(np.mean((rel_rows[:, 0] - rel_rows[:, 1]) ** 2))
     result["brier_eval_half"] = round(brier, 4)

@@ -45,6 +45,15 @@ def test_each_drafting_choice_builds_the_proposer_it_names(teacher_only, pair, p
                                                                                     proposer != "suffix")
 
 
+@pytest.mark.parametrize("calibration", ["online", "shipped"])
+def test_the_suffix_calibration_choice_reaches_the_proposer_and_the_trace_header(teacher_only, pair, calibration):
+    stack = teacher_only.with_draft(pair[1], BUDGET, None, "hybrid", "adaptive", calibration)
+    made = stack.proposer_for(None)
+    assert (made.learner is not None) == (calibration == "online")
+    config = RunConfig.for_stack(stack, [EvalItem("c", "x", turns_ids=((1, 2),))], 8)
+    assert config.suffix_calibration == calibration
+
+
 def test_unknown_drafting_or_a_budget_no_bucket_holds_is_refused_before_loading(pair, monkeypatch):
     from mindspore_eagle import teacher
 
@@ -53,6 +62,8 @@ def test_unknown_drafting_or_a_budget_no_bucket_holds_is_refused_before_loading(
         build(pair[0], RUNTIME, pair[1], BUDGET, proposer="lookahead", tokenizer=False)
     with pytest.raises(ConfigError, match="--budget 'greedy'"):
         build(pair[0], RUNTIME, pair[1], BUDGET, budget_mode="greedy", tokenizer=False)
+    with pytest.raises(ConfigError, match="--suffix-calibration 'learnt'"):
+        build(pair[0], RUNTIME, pair[1], BUDGET, proposer="hybrid", suffix_calibration="learnt", tokenizer=False)
     with pytest.raises(ConfigError, match=r"TreeBudget.max_nodes=32 does not fit RuntimeConfig.buckets=\(1, 8, 16\)"):
         build(pair[0], RUNTIME, pair[1], TreeBudget(max_nodes=32), tokenizer=False)
 

@@ -127,6 +127,23 @@ def test_head_context_equals_a_head_fed_the_whole_sequence_when_the_suffix_branc
     np.testing.assert_allclose(scores, ref_scores, atol=1e-3)
 
 
+def test_the_suffix_calibration_learns_from_the_engine_steps_and_the_output_stays_greedy(setup):
+    teacher, eagle, _, futures = setup
+    prompt, future = PROMPTS[-1], futures[-1]  # the periodic prompt: suffix candidates every step
+    learnt = HybridProposer("hybrid", "adaptive", eagle=eagle, max_nodes=16, costs=CHEAP_GROWTH,
+                            buckets=teacher.runtime.buckets, learn_acceptance=True)
+    assert list(SpeculativeEngine(teacher).generate(prompt, N, proposer=learnt).tokens) == future
+    assert learnt.learner is learnt.calibration and learnt.learner.labels > 0
+    assert not np.allclose(learnt.learner.ratio, 1.0)  # the steps moved it
+    labels = learnt.learner.labels
+    learnt.begin(prompt, np.zeros((len(prompt), 3 * teacher.cfg.hidden_size), np.float32), future[0])
+    assert learnt.learner.labels == labels  # a new request keeps what was learnt (it describes the teacher too)
+    shipped = HybridProposer("hybrid", "adaptive", eagle=eagle, max_nodes=16, costs=CHEAP_GROWTH,
+                             buckets=teacher.runtime.buckets, learn_acceptance=False)
+    assert list(SpeculativeEngine(teacher).generate(prompt, N, proposer=shipped).tokens) == future
+    assert shipped.learner is None
+
+
 @pytest.mark.parametrize("budget", ["fixed", "adaptive"])
 def test_offline_replay_reproduces_the_engine_steps(setup, budget):
     teacher, _, _, _ = setup

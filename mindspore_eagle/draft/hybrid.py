@@ -16,6 +16,14 @@ queue is written into the head before its next growth, in one chunked context fo
 of steps drafted by the suffix alone thus costs the head nothing until it is needed, and its context is the
 same as if it had been extended every step. The suffix index follows the same tokens (``SuffixIndex.extend``).
 
+The suffix candidates' acceptance estimates start from the shipped table and follow what the teacher accepts
+(``OnlineCalibration``, opt-in: ``learn_acceptance``): every verified step labels the suffix candidates whose
+parent path was committed, so a teacher or a request that copies less (or more) than the table's stops being over- (or under-)
+drafted within a few dozen steps. Off by default: with the default teacher, whose trace the table was fitted
+on, it lost 2.4% tau on 48 evaluation turns in the engine (results/suffix-calibration/hybrid-48-*); it is for
+teachers the table was not fitted on: replayed over the 240 turns with a table whose odds are 4x too high or too
+low (``scripts/replay_calibration.py``), it wins back all of the wrong table's lost ms/token (0.99 and 1.02).
+
 One step:
 
     propose(root):  suffix candidates (index lookup, < 1 ms)
@@ -23,7 +31,8 @@ One step:
                            (and at least every explore_every steps)
                     if grow: catch_up(); EAGLE candidates (one growth graph)
                     union (shared prefixes once, comparable p) -> budget (fixed n, or plan_budget) -> select
-    accept(acc, aux): observe the step cost; index.extend(acc.tokens); queue (acc.tokens, aux) for the head
+    accept(acc, aux): observe the step cost; label the suffix candidates by the committed tokens (the online
+                      calibration); index.extend(acc.tokens); queue (acc.tokens, aux) for the head
 
 ``log`` holds one ``StepProposal`` per step of the current request (what was proposed, from which source, and
 what was accepted), for traces and ablations.
@@ -43,7 +52,8 @@ from ..tree.layout import TreeLayout
 from .budget import CostTracker, EagleProfile, VerifyCosts, plan_budget, should_grow
 from .grow import select_tree
 from .merge import SOURCE_BOTH, SOURCE_EAGLE, SOURCE_ROOT, SOURCE_SUFFIX, CandidateTree, MergedTree, select, union
-from .suffix import SuffixCalibration, SuffixConfig, SuffixIndex, default_calibration, suffix_candidates
+from .online_calibration import OnlineCalibration, labelled_nodes
+from .suffix import NodeFeatures, SuffixCalibration, SuffixConfig, SuffixIndex, default_calibration, suffix_proposal
 
 MODES = ("eagle", "suffix", "hybrid")
 BUDGETS = ("fixed", "adaptive")
@@ -72,13 +82,16 @@ class HybridProposer:
     (an ablation of ``should_grow``); otherwise the head still grows at least every ``explore_every`` steps,
     to keep the profile ``should_grow`` relies on current. The profile and that count persist across requests
     (they describe the head, not the conversation). ``learn_costs`` (adaptive only): ``costs`` is the prior of a
-    ``CostTracker`` that follows the step costs this proposer observes (``clock`` is its time source)."""
+    ``CostTracker`` that follows the step costs this proposer observes (``clock`` is its time source).
+    ``learn_acceptance`` (suffix source on): ``calibration`` (default: the shipped table) is the prior of an
+    ``OnlineCalibration`` that every verified step corrects with the suffix candidates it labels; like the
+    profile, it persists across requests."""
 
     def __init__(self, mode: str = "hybrid", budget: str = "fixed", eagle=None, max_nodes: int = 16,
                  suffix: SuffixConfig = SuffixConfig(), calibration: SuffixCalibration | None = None,
                  costs: VerifyCosts | None = None, buckets: Sequence[int] | None = None, eagle_power: float = 1.0,
                  skip_growth: bool = True, explore_every: int = 32, learn_costs: bool = True,
-                 clock: Callable[[], float] = time.perf_counter):
+                 learn_acceptance: bool = False, clock: Callable[[], float] = time.perf_counter):
         if mode not in MODES:
             raise ConfigError(f"HybridProposer mode={mode!r}: expected one of {MODES}")
         if budget not in BUDGETS:
@@ -102,7 +115,11 @@ class HybridProposer:
         self.eagle = eagle if mode != "suffix" else None
         self.max_nodes = max_nodes
         self.suffix_cfg = suffix
-        self.calibration = calibration if calibration is not None else default_calibration()
+        calibration = calibration if calibration is not None else default_calibration()
+        self.learner = (OnlineCalibration(calibration) if learn_acceptance and mode != "eagle"
+                        and isinstance(calibration, SuffixCalibration) else None)
+        self.calibration = self.learner if self.learner is not None else calibration
+        self._suffix = None  # (CandidateTree, NodeFeatures) of the last proposal's suffix candidates
         costs = costs if costs is not None else VerifyCosts()
         if buckets is not None:
             costs = costs.restricted(buckets)
@@ -127,6 +144,7 @@ class HybridProposer:
         self.index.extend(list(prompt) + [int(first_token)])
         self.log = []
         self._last = None
+        self._suffix = None
         self._proposed_at = None
         self._pending_tokens, self._pending_feats = [], []
         if self.eagle is not None:
@@ -138,8 +156,9 @@ class HybridProposer:
         if self.index.tokens[-1] != root:
             raise TreeInvariantError(f"propose({root}): the committed sequence ends with {self.index.tokens[-1]}; "
                                      "call accept() with every committed token first")
-        suffix = (suffix_candidates(self.index, self.suffix_cfg, self.calibration) if self.mode != "eagle"
-                  else None)
+        self._suffix = (suffix_proposal(self.index, self.suffix_cfg, self.calibration) if self.mode != "eagle"
+                        else None)
+        suffix = self._suffix[0] if self._suffix is not None else None
         grow = self.eagle is not None and (self.mode == "eagle" or self.budget == "fixed" or not self.skip_growth
                                            or self._since_growth + 1 >= self.explore_every
                                            or should_grow(_sorted(suffix), _best_child(suffix), self.profile,
@@ -181,6 +200,12 @@ class HybridProposer:
             self.tracker.observe(self._last.layout.num_nodes, (self._clock() - self._proposed_at) * 1000)
             self.costs = self.tracker.costs()
         self._proposed_at = None
+        if self.learner is not None and self._suffix is not None:
+            tree, feats = self._suffix
+            labelled, accepted = labelled_nodes(tree.tokens, tree.parents, acceptance.tokens)
+            self.learner.observe(NodeFeatures(feats.m_eff[labelled], feats.role[labelled], feats.count[labelled]),
+                                 accepted[labelled])
+        self._suffix = None
         self.index.extend(acceptance.tokens)
         if self.eagle is not None:
             self._queue(acceptance.tokens, aux_hidden)

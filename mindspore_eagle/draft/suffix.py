@@ -396,9 +396,13 @@ class SuffixConfig:
 def score_trie(trie: ContinuationTrie, calibration: SuffixCalibration) -> np.ndarray:
     """float64 [N]: each node's estimated acceptance probability (root 1), by the rule of the module
     docstring: the product down the path of calibrated conditionals, siblings' conditionals capped to sum 1."""
+    return _score(trie, node_features(trie), calibration)
+
+
+def _score(trie: ContinuationTrie, features: NodeFeatures, calibration) -> np.ndarray:
     n = trie.num_nodes
     par = trie.parents
-    q = calibration.q(node_features(trie))
+    q = calibration.q(features)
     q[0] = 1.0
     total = np.zeros(n)
     np.add.at(total, par[1:], q[1:])
@@ -413,21 +417,30 @@ def score_trie(trie: ContinuationTrie, calibration: SuffixCalibration) -> np.nda
 def suffix_candidates(index: SuffixIndex, cfg: SuffixConfig, calibration: SuffixCalibration):
     """The scored candidate tree (``draft.merge.CandidateTree``) the index proposes after its sequence; its
     root is the sequence's last token. Only the root when nothing matches."""
+    return suffix_proposal(index, cfg, calibration)[0]
+
+
+def suffix_proposal(index: SuffixIndex, cfg: SuffixConfig, calibration):
+    """``(CandidateTree, NodeFeatures)``: ``suffix_candidates``'s tree and the features its scores were read from,
+    node for node (what ``OnlineCalibration.observe`` needs once the step is verified). ``calibration``: a
+    ``SuffixCalibration`` or anything with its ``cells`` / ``q`` (``OnlineCalibration``)."""
     from .merge import CandidateTree
 
     if len(index) == 0:
         raise ConfigError("suffix_candidates: the index is empty (call extend with the prompt first)")
     matches = index.matches(cfg.max_occurrences, cfg.min_match)
     trie = continuation_trie(index.tokens, matches, cfg.max_depth)
+    f = node_features(trie)
     if trie.num_nodes == 1:
-        return CandidateTree.single(int(trie.tokens[0]))
-    p = score_trie(trie, calibration)
+        return CandidateTree.single(int(trie.tokens[0])), f
+    p = _score(trie, f, calibration)
     if trie.num_nodes > cfg.max_nodes:  # top by p, ties to the lower index: ancestor-closed (p is monotone)
         keep = np.sort(np.lexsort((np.arange(trie.num_nodes), -p))[: cfg.max_nodes])
         new_index = np.zeros(trie.num_nodes, np.int64)
         new_index[keep] = np.arange(keep.size)
-        return CandidateTree(trie.tokens[keep], new_index[trie.parents[keep]], p[keep])
-    return CandidateTree(trie.tokens, trie.parents, p)
+        return (CandidateTree(trie.tokens[keep], new_index[trie.parents[keep]], p[keep]),
+                NodeFeatures(f.m_eff[keep], f.role[keep], f.count[keep]))
+    return CandidateTree(trie.tokens, trie.parents, p), f
 
 
 CALIBRATION_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "suffix_calibration.json")
