@@ -36,7 +36,10 @@ def summarise(name: str, run_dir: str) -> dict:
             "peak_rss_gb": max(h.get("peak_rss_gb", 0.0) for h in hist),
             "best_step": best["step"], "best_tau": best["tau"], "best_acc": best["acc"],
             "first_tau": hist[0]["tau"], "last_tau": hist[-1]["tau"],
-            "curve": [[h["step"], h["tau"], h["acc"]] for h in hist], "positions": positions}
+            "curve": [[h["step"], h["tau"], h["acc"]] for h in hist], "positions": positions,
+            # --train-eval-max runs: the fixed training sample at the best step, and its curve (the gap)
+            "best_train_acc": best.get("train", {}).get("acc"),
+            "train_curve": [[h["step"], h["train"]["acc"]] for h in hist if "train" in h]}
 
 
 def add_passes(rows: list[dict], tokens_per_batch: int) -> None:
@@ -144,7 +147,11 @@ def plot(rows: list[dict], path: str, tokens_per_batch: int) -> bool:
     depth = rows[0]["common_depth"]
     for r in rows:
         xs = [s * tokens_per_batch / 1e3 for s, _, _ in r["curve"]]
-        ax.plot(xs, [tau_over(acc, depth) for _, _, acc in r["curve"]], marker=".", label=f"{r['run']}")
+        line, = ax.plot(xs, [tau_over(acc, depth) for _, _, acc in r["curve"]], marker=".", label=f"{r['run']}")
+        if r["train_curve"]:
+            ax.plot([s * tokens_per_batch / 1e3 for s, _ in r["train_curve"]],
+                    [tau_over(acc, depth) for _, acc in r["train_curve"]], linestyle="--", color=line.get_color(),
+                    label=f"{r['run']} (training sample)")
     ax.set_xlabel("training entries seen (thousands)")
     ax.set_ylabel(f"held-out simulated tau, depth {depth}")
     ax.grid(alpha=0.3)
@@ -183,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(os.path.join(a.out, "runs.jsonl"), "w") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
-            print(json.dumps({k: v for k, v in r.items() if k != "curve"}))
+            print(json.dumps({k: v for k, v in r.items() if k not in ("curve", "train_curve")}))
     with open(os.path.join(a.out, "table.md"), "w") as f:
         f.write(table(rows))
     plot(rows, os.path.join(a.out, "curve.png"), a.tokens_per_batch)

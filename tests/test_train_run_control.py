@@ -8,7 +8,7 @@ import pytest
 
 from mindspore_eagle.errors import ConfigError
 from mindspore_eagle.train.sequence import Sequence_
-from mindspore_eagle.train.trainer import Plateau, _first_answer_tokens, heldout_sample
+from mindspore_eagle.train.trainer import Plateau, _first_answer_tokens, fixed_sample
 
 
 def _hist(*taus):
@@ -31,12 +31,12 @@ def _s(pid, answer, prompt=3):
                      np.zeros((0, 1)))
 
 
-def test_heldout_sample_is_fixed_and_order_independent():
+def test_an_evaluation_sample_is_fixed_and_order_independent():
     seqs = [_s(f"{i:04x}", 5) for i in range(300)]
-    a = heldout_sample(seqs, 40)
-    b = heldout_sample(list(reversed(seqs)), 40)
+    a = fixed_sample(seqs, 40)
+    b = fixed_sample(list(reversed(seqs)), 40)
     assert len(a) == 40 and [s.pid for s in a] == [s.pid for s in b]
-    assert heldout_sample(seqs[:10], 40) == seqs[:10] and len(heldout_sample(seqs, 0)) == 300
+    assert fixed_sample(seqs[:10], 40) == seqs[:10] and len(fixed_sample(seqs, 0)) == 300
 
 
 def test_a_scaling_subset_is_a_prefix_of_whole_conversations_with_enough_answer_tokens():

@@ -241,9 +241,13 @@ def test_train_draft_cli_trains_exports_and_resumes(tiny, tiny_dir, tmp_path, ca
             "--run-dir", str(tmp_path / "run"), "--draft-vocab", "40", "--ttt-steps", "2", "--buckets", "16",
             "--tokens-per-batch", "64", "--heldout", "0.25", "--eval-every", "2", "--ckpt-every", "1",
             "--dtype", "float32"]
-    assert cli.main(args + ["--max-steps", "3"]) == 0
+    assert cli.main(args + ["--max-steps", "3", "--train-eval-max", "4"]) == 0
     state = json.loads((tmp_path / "run" / "state.json").read_text())
     assert state["step"] == 3 and state["train_seconds"] > 0 and state["history"][-1]["step"] == 3
+    # every evaluation also scored a fixed training sample (the train/held-out gap), on the same TTT steps
+    assert all(len(h["train"]["acc"]) == 2 and h["train"]["positions"] > 0 for h in state["history"])
+    assert cli.main(args + ["--max-steps", "3", "--train-eval-max", "-1"]) == 2
+    assert "--train-eval-max -1" in capsys.readouterr().err
     assert state["stopped_by"] == "steps" and [h["step"] for h in state["history"]] == [0, 2, 3]
     data_info = state["data"]
     assert data_info["train_positions"] > data_info["train_answer_tokens"] > 0  # prompts count as positions

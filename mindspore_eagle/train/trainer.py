@@ -96,9 +96,10 @@ def _loaded(seqs) -> list[Sequence_]:
     return [x.load() if isinstance(x, StoredSequence) else x for x in seqs]
 
 
-def heldout_sample(seqs: list, limit: int) -> list:
-    """At most ``limit`` held-out sequences, the same ones on every run and resume (the lowest id hashes):
-    evaluating all of a 2M-token set's held-out split would cost minutes per evaluation."""
+def fixed_sample(seqs: list, limit: int) -> list:
+    """At most ``limit`` of ``seqs`` (the held-out split, or the training split for ``--train-eval-max``), the
+    same ones on every run and resume (the lowest id hashes): evaluating all of a 2M-token set's held-out split
+    would cost minutes per evaluation."""
     if limit <= 0 or len(seqs) <= limit:
         return list(seqs)
     return sorted(seqs, key=lambda s: hashlib.sha1(s.pid.encode()).hexdigest())[:limit]
@@ -338,6 +339,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--heldout", type=float, default=0.08, help="fraction of conversations held out")
     ap.add_argument("--heldout-max", type=int, default=256,
                     help="held-out sequences evaluated (a fixed sample of the split; 0: all)")
+    ap.add_argument("--train-eval-max", type=int, default=0,
+                    help="also evaluate a fixed sample of this many training sequences at every evaluation "
+                         "(history 'train': the train/held-out gap tells memorisation from a capacity or "
+                         "compute limit; 0: off)")
     ap.add_argument("--patience", type=int, default=0,
                     help="stop after this many evaluations without a held-out tau gain (0: never)")
     ap.add_argument("--min-delta", type=float, default=0.003, help="held-out tau gain that counts for --patience")
@@ -362,6 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def train_draft_main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
+    if a.train_eval_max < 0:
+        raise ConfigError(f"--train-eval-max {a.train_eval_max}: must be >= 0 (0: off)")
     os.environ.setdefault("GLOG_v", "3")
     from ..assets import default_model_dir, home
     from ..config import RuntimeConfig, TeacherConfig
@@ -384,7 +391,7 @@ def train_draft_main(argv: list[str] | None = None) -> int:
     plateau = Plateau(a.patience, a.min_delta)
     seqs = index_sequences(data_dir)  # features stay on disk: a batch reads its rows (data.ShardFile)
     train = [s for s in seqs if not heldout(s.pid, a.heldout)]
-    held = heldout_sample([s for s in seqs if heldout(s.pid, a.heldout)], a.heldout_max)
+    held = fixed_sample([s for s in seqs if heldout(s.pid, a.heldout)], a.heldout_max)
     if a.max_answer_tokens is not None:
         train = _first_answer_tokens(train, a.max_answer_tokens)
     if not train or not held:
@@ -460,15 +467,22 @@ def train_draft_main(argv: list[str] | None = None) -> int:
         return 0
     # held-out batches all at the largest bucket: one evaluation graph (each compiled graph keeps its buffers)
     held_batches = make_batches(held, buckets[-1:], a.tokens_per_batch, rng, shuffle=False)
+    # the same selection rule on the training split: a fixed sample, the same graph
+    train_batches = (make_batches(fixed_sample(train, a.train_eval_max), buckets[-1:], a.tokens_per_batch, rng,
+                                  shuffle=False) if a.train_eval_max else None)
 
     def checkpoint(evaluate: bool) -> None:
         if evaluate:
             ev = trainer.evaluate(held_batches)
             ev["step"] = trainer.step
             ev["seconds"] = round(time.time() - t0, 1)
+            if train_batches is not None:
+                tr = trainer.evaluate(train_batches)
+                ev["train"] = {"loss": tr["loss"], "acc": tr["acc"], "tau": tr["tau"], "positions": tr["positions"]}
             ev["peak_rss_gb"] = peak_rss_gb()
             state["history"].append(ev)
-            print(f"\nheld-out step {trainer.step}: loss {ev['loss']:.4f} acc_k {ev['acc']} tau {ev['tau']}",
+            gap = f" (train sample tau {ev['train']['tau']})" if "train" in ev else ""
+            print(f"\nheld-out step {trainer.step}: loss {ev['loss']:.4f} acc_k {ev['acc']} tau {ev['tau']}{gap}",
                   file=sys.stderr, flush=True)
             if ev["tau"] > state["best_tau"]:
                 state["best_tau"], state["best"] = ev["tau"], ev
