@@ -153,7 +153,8 @@ def plot(rows: list[dict], path: str, tokens_per_batch: int) -> bool:
                     [tau_over(acc, depth) for _, acc in r["train_curve"]], linestyle="--", color=line.get_color(),
                     label=f"{r['run']} (training sample)")
     ax.set_xlabel("training entries seen (thousands)")
-    ax.set_ylabel(f"held-out simulated tau, depth {depth}")
+    gap = any(r["train_curve"] for r in rows)
+    ax.set_ylabel(f"simulated tau, depth {depth}: held-out" + (" (dashed: training sample)" if gap else ""))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

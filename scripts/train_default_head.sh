@@ -27,8 +27,11 @@
 # scaling-report  results/data-scaling: the table, JSON lines and plot of the scaling runs.
 # The shipped head: data stopped at 544,788 answer tokens, then baseline, ab, train (TTT 3, 35 minutes) from the
 # head before it (git show f1af45e:assets/heads/smollm2-135m-eagle3/...), exported to CANDIDATE and copied over.
-# Then continued (the head shipped now, results/head-training/continuation-860k): data resumed to 936k answer
-# tokens, then VOCAB_FROM_HEAD=1 LR=2e-4 TRAIN_MINUTES=40 WARMUP=50 PATIENCE=6 TRAIN_RUN=cont-860k-lr2e-4 train from it.
+# Then continued (results/head-training/continuation-860k): data resumed to 936k answer tokens, then
+# VOCAB_FROM_HEAD=1 LR=2e-4 TRAIN_MINUTES=40 WARMUP=50 PATIENCE=6 TRAIN_RUN=cont-860k-lr2e-4 train from it.
+# Then to its plateau (the head shipped now, results/head-training/continuation-1m6): data regenerated to 1.62M, then
+# VOCAB_FROM_HEAD=1 LR=5e-5 WARMUP=100 TRAIN_MINUTES=60 TRAIN_EVAL_MAX=64 TRAIN_RUN=cont-1m6-lr5e-5 train from it
+# (patience 10, then resumed with PATIENCE=0 to the end of its schedule).
 # The trainer reads the shards' rows per batch (train.data.ShardFile): memory does not grow with the data.
 #
 # Knobs (environment): PER_CATEGORY, MAX_ANSWER_TOKENS, DATA_BATCH, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS,
