@@ -126,16 +126,24 @@ class ShardFile:
 
     def rows(self, name: str, start: int, stop: int) -> np.ndarray:
         """Rows ``[start, stop)`` of array ``name`` (a fresh array, nothing else of the shard kept)."""
-        offset, dtype, shape = self.members[name]
-        if not 0 <= start <= stop <= shape[0]:
-            raise DataError(f"{self.path}: rows [{start}, {stop}) of {name} outside its {shape[0]} rows")
-        row_bytes = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
-        out = np.empty((stop - start,) + shape[1:], dtype)
+        return self.rows_of((name,), start, stop)[0]
+
+    def rows_of(self, names: tuple[str, ...], start: int, stop: int) -> list[np.ndarray]:
+        """Rows ``[start, stop)`` of each array in ``names``, read through one open file (a sequence's features
+        and top-k rows come together for every batch entry)."""
+        outs = []
         with open(self.path, "rb") as f:
-            f.seek(offset + start * row_bytes)
-            if f.readinto(memoryview(out).cast("B")) != out.nbytes:
-                raise DataError(f"{self.path}: {name} ends early (truncated shard); regenerate it")
-        return out
+            for name in names:
+                offset, dtype, shape = self.members[name]
+                if not 0 <= start <= stop <= shape[0]:
+                    raise DataError(f"{self.path}: rows [{start}, {stop}) of {name} outside its {shape[0]} rows")
+                row_bytes = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
+                out = np.empty((stop - start,) + shape[1:], dtype)
+                f.seek(offset + start * row_bytes)
+                if f.readinto(memoryview(out).cast("B")) != out.nbytes:
+                    raise DataError(f"{self.path}: {name} ends early (truncated shard); regenerate it")
+                outs.append(out)
+        return outs
 
     def array(self, name: str) -> np.ndarray:
         return self.rows(name, 0, self.members[name][2][0])
@@ -155,7 +163,7 @@ class StoredSequence:
     def load(self) -> Sequence_:
         n = len(self.tokens) - 1
         return Sequence_(self.pid, self.tokens, self.prompt_len,
-                         *(self.shard.rows(k, self.row, self.row + n) for k in ("features", "topk_ids", "topk_logits")))
+                         *self.shard.rows_of(("features", "topk_ids", "topk_logits"), self.row, self.row + n))
 
 
 def index_sequences(data_dir: str) -> list[StoredSequence]:
