@@ -36,7 +36,7 @@
 #
 # Knobs (environment): PER_CATEGORY, MAX_ANSWER_TOKENS, DATA_BATCH, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS,
 # DATA_TIME_LIMIT (s, empty: none), INIT_HEAD, TRAIN_MINUTES, AB_STEPS, TTT_A, TTT_B, TTT_STEPS, DRAFT_VOCAB,
-# TRAIN_BUCKETS, HELDOUT_MAX, PATIENCE, TRAIN_RUN, REPORT, LR, VOCAB_FROM_HEAD, WARMUP, TRAIN_EVAL_MAX, CANDIDATE, OUT (export stage), SCALE_POINTS,
+# TRAIN_BUCKETS, HELDOUT_MAX, PATIENCE, TRAIN_RUN, REPORT, LR, VOCAB_FROM_HEAD, WARMUP, TRAIN_EVAL_MAX, HEAD_INTERMEDIATE, TRAIN_STEPS, CANDIDATE, OUT (export stage), SCALE_POINTS,
 # SCALE_STEPS, SCALE_INIT, SCALE_INIT_COMMIT, SCALE_TAG.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,6 +73,8 @@ LR=${LR:-2e-3}  # peak learning rate (warm-up, then cosine to a tenth by MAX_STE
 VOCAB_FROM_HEAD=${VOCAB_FROM_HEAD:-}
 WARMUP=${WARMUP:-}  # the train stage's warm-up steps (empty: the trainer's 20)
 TRAIN_EVAL_MAX=${TRAIN_EVAL_MAX:-}  # the train stage also scores this many training sequences per evaluation (the gap)
+TRAIN_STEPS=${TRAIN_STEPS:-}  # the train stage's step cap (empty: TRAIN_MINUTES alone sets the schedule)
+HEAD_INTERMEDIATE=${HEAD_INTERMEDIATE:-}  # the train stage's head MLP width (empty: INIT_HEAD's); wider widens INIT_HEAD
 SCALE_POINTS=${SCALE_POINTS:-167000,500000,1000000,2000000}
 SCALE_STEPS=${SCALE_STEPS:-800}
 SCALE_INIT_COMMIT=${SCALE_INIT_COMMIT:-f1af45e}
@@ -107,7 +109,9 @@ run_stage() {
     train)
       train "$TRAIN_RUN" "$TTT_STEPS" "$TRAIN_MINUTES" --eval-every 50 --ckpt-every 25 --patience "$PATIENCE" \
         ${VOCAB_FROM_HEAD:+--vocab-from-head} ${WARMUP:+--warmup "$WARMUP"} \
-        ${TRAIN_EVAL_MAX:+--train-eval-max "$TRAIN_EVAL_MAX"} --out "$CANDIDATE" ;;
+        ${TRAIN_EVAL_MAX:+--train-eval-max "$TRAIN_EVAL_MAX"} ${HEAD_INTERMEDIATE:+--head-intermediate "$HEAD_INTERMEDIATE"} \
+        ${TRAIN_STEPS:+--max-steps "$TRAIN_STEPS"} \
+        --out "$CANDIDATE" ;;
     report)
       runs=()
       for r in baseline "ab-ttt$TTT_A" "ab-ttt$TTT_B" "$TRAIN_RUN"; do

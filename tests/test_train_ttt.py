@@ -305,3 +305,53 @@ def test_a_run_started_from_a_head_keeps_its_weights_and_moves_lm_head_rows_by_t
         assert np.array_equal(moved["lm_head.weight"][np.searchsorted(new_ids, t)],
                               first["lm_head.weight"][np.searchsorted(old_ids, t)])
     assert np.array_equal(moved["fc.weight"], first["fc.weight"])
+
+
+def test_a_widened_head_drafts_exactly_as_the_head_it_grew_from(tiny, tiny_dir, tmp_path, capsys):
+    """``--head-intermediate`` wider than ``--init-head``: the exported head holds the old MLP units first and a
+    zero down-projection for the new ones (public layout: gate/up ``[I, H]``, down ``[H, I]``), every other tensor
+    unchanged, and the trainer's step-0 held-out evaluation scores it exactly as the narrow head; narrowing and a
+    non-positive width are refused (exit 2) naming the flag."""
+    import json
+    import os
+
+    from safetensors.numpy import load_file
+
+    from mindspore_eagle import cli
+    from mindspore_eagle.train.data import MANIFEST, write_shard
+
+    rng = np.random.default_rng(13)
+    seqs = _generate(tiny[0], [list(rng.integers(1, 90, size=6)) for _ in range(16)], NEW, prefix="w")
+    data = tmp_path / "data"
+    data.mkdir()
+    name = os.path.basename(write_shard(str(data), 0, seqs))
+    (data / MANIFEST).write_text(json.dumps({"shard": name, "ids": [s.pid for s in seqs]}) + "\n")
+    common = ["train-draft", "--teacher", tiny_dir, "--data", str(data), "--ttt-steps", "2", "--buckets", "16",
+              "--tokens-per-batch", "64", "--heldout", "0.25", "--dtype", "float32"]
+
+    def run(out, *extra):
+        code = cli.main(common + ["--out", str(tmp_path / out), "--run-dir", str(tmp_path / f"run-{out}"), *extra])
+        if code != 0:
+            return code
+        state = json.loads((tmp_path / f"run-{out}" / "state.json").read_text())
+        return load_file(str(tmp_path / out / "model.safetensors")), state["history"][0]
+
+    narrow, _ = run("n", "--draft-vocab", "40", "--max-steps", "2")
+    width = narrow["midlayer.mlp.gate_proj.weight"].shape[0]
+    same, same_eval = run("s", "--init-head", str(tmp_path / "n"), "--vocab-from-head", "--max-steps", "0")
+    wide, wide_eval = run("w", "--init-head", str(tmp_path / "n"), "--vocab-from-head", "--max-steps", "0",
+                          "--head-intermediate", str(2 * width))
+    for k in ("gate_proj", "up_proj"):
+        w = wide[f"midlayer.mlp.{k}.weight"]
+        assert w.shape == (2 * width, narrow[f"midlayer.mlp.{k}.weight"].shape[1])
+        assert np.array_equal(w[:width], narrow[f"midlayer.mlp.{k}.weight"]) and np.abs(w[width:]).max() > 0
+    down = wide["midlayer.mlp.down_proj.weight"]
+    assert np.array_equal(down[:, :width], narrow["midlayer.mlp.down_proj.weight"]) and not down[:, width:].any()
+    assert all(np.array_equal(wide[k], same[k]) for k in same if "mlp" not in k)
+    assert wide_eval["tau"] == same_eval["tau"] and wide_eval["acc"] == same_eval["acc"]
+    capsys.readouterr()
+    assert run("x", "--init-head", str(tmp_path / "n"), "--vocab-from-head", "--max-steps", "0",
+               "--head-intermediate", str(width // 2)) == 2
+    assert "widened, not narrowed" in capsys.readouterr().err
+    assert run("z", "--head-intermediate", "0", "--max-steps", "0") == 2
+    assert "--head-intermediate 0" in capsys.readouterr().err

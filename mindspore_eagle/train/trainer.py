@@ -169,13 +169,40 @@ def _read_init_head(path: str, tcfg):
     return tensors, vocab
 
 
+_WIDENED = {"midlayer.mlp.gate_proj.weight": 1, "midlayer.mlp.up_proj.weight": 1, "midlayer.mlp.down_proj.weight": 0}
+
+
+def _init_intermediate(init) -> int:
+    """The MLP width of a head to start from (ours: ``gate_proj`` is ``[H, I]``)."""
+    return int(np.asarray(init[0]["midlayer.mlp.gate_proj.weight"]).shape[1])
+
+
 def _start_from(head, init, vocab: DraftVocab) -> None:
-    """Copy ``init``'s weights into ``head``; ``lm_head`` columns (ours ``[H, Vd]``) by target id."""
+    """Copy ``init``'s weights into ``head``; ``lm_head`` columns (ours ``[H, Vd]``) by target id.
+
+    A head wider than ``init`` (``--head-intermediate``) is a function-preserving widening: ``init``'s MLP units
+    fill the first ``I_old`` units, the new units keep ``init_head``'s random gate/up and get a zero
+    down-projection, so the widened head drafts exactly as ``init`` until training moves them (the capacity
+    experiment of issue 17: does a wider head gain from a head already at its plateau?)."""
     from mindspore import Tensor
 
     tensors, old = init
     params = head.weight_parameters()
     for name, p in params.items():
+        if name in _WIDENED and name in tensors and np.asarray(tensors[name]).shape != tuple(p.shape):
+            arr, axis = np.asarray(tensors[name], np.float32), _WIDENED[name]
+            n_old = arr.shape[axis]
+            if arr.shape[1 - axis] != p.shape[1 - axis] or n_old > p.shape[axis]:
+                raise ConfigError(f"--init-head: {name} has shape {arr.shape}, this head needs {tuple(p.shape)} "
+                                  f"(a head can be widened, not narrowed)")
+            wide = p.asnumpy()
+            if axis == 1:
+                wide[:, :n_old] = arr
+            else:
+                wide[:n_old] = arr
+                wide[n_old:] = 0.0
+            p.set_data(Tensor(wide))
+            continue
         if name == "lm_head.weight":
             lm = p.asnumpy()  # columns = the teacher's output embedding rows (init_head)
             shared = old.draft_of[vocab.target_ids]  # old draft id of each new draft id, -1 if absent
@@ -359,6 +386,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="start from this head (public EAGLE-3 directory); lm_head rows move to the new draft "
                          "vocabulary by target id, rows of ids it lacks start from the teacher's embedding plus the "
                          "head's mean learned shift")
+    ap.add_argument("--head-intermediate", type=int, default=None,
+                    help="the head's MLP width (default: --init-head's, else the teacher's); wider than "
+                         "--init-head's widens it without changing its drafts (new units start with a zero "
+                         "down-projection)")
     ap.add_argument("--vocab-from-head", action="store_true",
                     help="keep --init-head's draft vocabulary instead of building one from the data")
     ap.add_argument("--export-only", action="store_true", help="export the best head of --run-dir and stop")
@@ -369,6 +400,8 @@ def train_draft_main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     if a.train_eval_max < 0:
         raise ConfigError(f"--train-eval-max {a.train_eval_max}: must be >= 0 (0: off)")
+    if a.head_intermediate is not None and a.head_intermediate <= 0:
+        raise ConfigError(f"--head-intermediate {a.head_intermediate}: must be > 0")
     os.environ.setdefault("GLOG_v", "3")
     from ..assets import default_model_dir, home
     from ..config import RuntimeConfig, TeacherConfig
@@ -401,6 +434,11 @@ def train_draft_main(argv: list[str] | None = None) -> int:
     init = _read_init_head(a.init_head, tcfg) if a.init_head else None
     if a.vocab_from_head and init is None:
         raise ConfigError("--vocab-from-head needs --init-head")
+    intermediate = a.head_intermediate if a.head_intermediate is not None else (
+        _init_intermediate(init) if init is not None else tcfg.intermediate_size)
+    if init is not None and intermediate < _init_intermediate(init):
+        raise ConfigError(f"--head-intermediate {intermediate}: --init-head {a.init_head} is "
+                          f"{_init_intermediate(init)} wide; a trained head can be widened, not narrowed")
     vocab_path = os.path.join(run_dir, VOCAB_FILE)
     if a.vocab_from_head:
         vocab = init[1]
@@ -426,7 +464,7 @@ def train_draft_main(argv: list[str] | None = None) -> int:
                  "heldout_sequences": len(held),
                  "draft_vocab": vocab.size, "heldout_coverage": round(coverage(held_counts, vocab), 4)}
 
-    cfg = DraftConfig(hidden_size=tcfg.hidden_size, intermediate_size=tcfg.intermediate_size,
+    cfg = DraftConfig(hidden_size=tcfg.hidden_size, intermediate_size=intermediate,
                       num_heads=tcfg.num_heads, num_kv_heads=tcfg.num_kv_heads, vocab_size=tcfg.vocab_size,
                       draft_vocab_size=vocab.size, target_hidden_size=tcfg.hidden_size, head_dim=tcfg.head_dim,
                       rms_norm_eps=tcfg.rms_norm_eps, rope_theta=tcfg.rope_theta, rope_scaling=tcfg.rope_scaling,
