@@ -43,6 +43,23 @@ def tiny_seqs(tiny):
     return _generate(tiny[0], PROMPTS, NEW)
 
 
+def _one_shard_args(tiny, tiny_dir, tmp_path, seed: int, prompt_len: int, prefix: str) -> list[str]:
+    """``train-draft`` arguments over a one-shard data set of 16 random prompts answered by the tiny teacher."""
+    import json
+    import os
+
+    from mindspore_eagle.train.data import MANIFEST, write_shard
+
+    rng = np.random.default_rng(seed)
+    seqs = _generate(tiny[0], [list(rng.integers(1, 90, size=prompt_len)) for _ in range(16)], NEW, prefix=prefix)
+    data = tmp_path / "data"
+    data.mkdir()
+    name = os.path.basename(write_shard(str(data), 0, seqs))
+    (data / MANIFEST).write_text(json.dumps({"shard": name, "ids": [s.pid for s in seqs]}) + "\n")
+    return ["train-draft", "--teacher", tiny_dir, "--data", str(data), "--ttt-steps", "2", "--buckets", "16",
+            "--tokens-per-batch", "64", "--heldout", "0.25", "--dtype", "float32"]
+
+
 def test_draft_vocab_keeps_the_most_frequent_ids_and_a_consistent_map():
     from mindspore_eagle.draft_config import DraftConfig
     from mindspore_eagle.models.eagle3 import check_vocab_map
@@ -270,22 +287,11 @@ def test_a_run_started_from_a_head_keeps_its_weights_and_moves_lm_head_rows_by_t
     """``--init-head``: with ``--vocab-from-head`` and ``--max-steps 0`` the exported head equals the initial one
     tensor for tensor (the evaluation-only baseline of a new data set); with a vocabulary built from the data,
     every token both vocabularies hold keeps its lm_head row."""
-    import json
-    import os
-
     from safetensors.numpy import load_file
 
     from mindspore_eagle import cli
-    from mindspore_eagle.train.data import MANIFEST, write_shard
 
-    rng = np.random.default_rng(11)
-    seqs = _generate(tiny[0], [list(rng.integers(1, 90, size=5)) for _ in range(16)], NEW, prefix="q")
-    data = tmp_path / "data"
-    data.mkdir()
-    name = os.path.basename(write_shard(str(data), 0, seqs))
-    (data / MANIFEST).write_text(json.dumps({"shard": name, "ids": [s.pid for s in seqs]}) + "\n")
-    common = ["train-draft", "--teacher", tiny_dir, "--data", str(data), "--ttt-steps", "2", "--buckets", "16",
-              "--tokens-per-batch", "64", "--heldout", "0.25", "--dtype", "float32"]
+    common = _one_shard_args(tiny, tiny_dir, tmp_path, seed=11, prompt_len=5, prefix="q")
 
     def run(out, *extra):
         assert cli.main(common + ["--out", str(tmp_path / out), "--run-dir", str(tmp_path / f"run-{out}"),
@@ -313,21 +319,12 @@ def test_a_widened_head_drafts_exactly_as_the_head_it_grew_from(tiny, tiny_dir, 
     unchanged, and the trainer's step-0 held-out evaluation scores it exactly as the narrow head; narrowing and a
     non-positive width are refused (exit 2) naming the flag."""
     import json
-    import os
 
     from safetensors.numpy import load_file
 
     from mindspore_eagle import cli
-    from mindspore_eagle.train.data import MANIFEST, write_shard
 
-    rng = np.random.default_rng(13)
-    seqs = _generate(tiny[0], [list(rng.integers(1, 90, size=6)) for _ in range(16)], NEW, prefix="w")
-    data = tmp_path / "data"
-    data.mkdir()
-    name = os.path.basename(write_shard(str(data), 0, seqs))
-    (data / MANIFEST).write_text(json.dumps({"shard": name, "ids": [s.pid for s in seqs]}) + "\n")
-    common = ["train-draft", "--teacher", tiny_dir, "--data", str(data), "--ttt-steps", "2", "--buckets", "16",
-              "--tokens-per-batch", "64", "--heldout", "0.25", "--dtype", "float32"]
+    common = _one_shard_args(tiny, tiny_dir, tmp_path, seed=13, prompt_len=6, prefix="w")
 
     def run(out, *extra):
         code = cli.main(common + ["--out", str(tmp_path / out), "--run-dir", str(tmp_path / f"run-{out}"), *extra])

@@ -189,20 +189,6 @@ def _start_from(head, init, vocab: DraftVocab) -> None:
     tensors, old = init
     params = head.weight_parameters()
     for name, p in params.items():
-        if name in _WIDENED and name in tensors and np.asarray(tensors[name]).shape != tuple(p.shape):
-            arr, axis = np.asarray(tensors[name], np.float32), _WIDENED[name]
-            n_old = arr.shape[axis]
-            if arr.shape[1 - axis] != p.shape[1 - axis] or n_old > p.shape[axis]:
-                raise ConfigError(f"--init-head: {name} has shape {arr.shape}, this head needs {tuple(p.shape)} "
-                                  f"(a head can be widened, not narrowed)")
-            wide = p.asnumpy()
-            if axis == 1:
-                wide[:, :n_old] = arr
-            else:
-                wide[:n_old] = arr
-                wide[n_old:] = 0.0
-            p.set_data(Tensor(wide))
-            continue
         if name == "lm_head.weight":
             lm = p.asnumpy()  # columns = the teacher's output embedding rows (init_head)
             shared = old.draft_of[vocab.target_ids]  # old draft id of each new draft id, -1 if absent
@@ -217,6 +203,15 @@ def _start_from(head, init, vocab: DraftVocab) -> None:
             p.set_data(Tensor(lm))
         elif name in tensors:
             arr = np.asarray(tensors[name], np.float32)
+            axis = _WIDENED.get(name)
+            if axis is not None and arr.shape[1 - axis] == p.shape[1 - axis] and arr.shape[axis] < p.shape[axis]:
+                wide = p.asnumpy()  # the new units: init_head's random gate/up, a zero down-projection
+                if axis == 1:
+                    wide[:, :arr.shape[1]] = arr
+                else:
+                    wide[:arr.shape[0]] = arr
+                    wide[arr.shape[0]:] = 0.0
+                arr = wide
             if arr.shape != tuple(p.shape):
                 raise ConfigError(f"--init-head: {name} has shape {arr.shape}, this head needs {tuple(p.shape)}")
             p.set_data(Tensor(arr))
@@ -434,11 +429,11 @@ def train_draft_main(argv: list[str] | None = None) -> int:
     init = _read_init_head(a.init_head, tcfg) if a.init_head else None
     if a.vocab_from_head and init is None:
         raise ConfigError("--vocab-from-head needs --init-head")
-    intermediate = a.head_intermediate if a.head_intermediate is not None else (
-        _init_intermediate(init) if init is not None else tcfg.intermediate_size)
-    if init is not None and intermediate < _init_intermediate(init):
-        raise ConfigError(f"--head-intermediate {intermediate}: --init-head {a.init_head} is "
-                          f"{_init_intermediate(init)} wide; a trained head can be widened, not narrowed")
+    init_width = _init_intermediate(init) if init is not None else None
+    intermediate = a.head_intermediate or init_width or tcfg.intermediate_size
+    if init_width is not None and intermediate < init_width:
+        raise ConfigError(f"--head-intermediate {intermediate}: --init-head {a.init_head} is {init_width} wide; "
+                          f"a trained head can be widened, not narrowed")
     vocab_path = os.path.join(run_dir, VOCAB_FILE)
     if a.vocab_from_head:
         vocab = init[1]
