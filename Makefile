@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export GLOG_v := 3
 PROMPT ?= Explain in two sentences why the sky is blue.
 
-.PHONY: demo test test-slow test-all model bench clean-venv
+.PHONY: demo test test-slow test-all test-arm model bench clean-venv
 
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,13 +25,24 @@ demo: model
 
 # Default suite (CI): everything not marked slow. MSE_REQUIRE_DEFAULT_MODEL turns a missing model into a failure.
 test: model
-	MSE_REQUIRE_DEFAULT_MODEL=1 MSE_REQUIRE_EVAL_DATA=1 $(BIN)/python -m pytest -q -m "not slow" --ignore=tests/mindformers tests
+	MSE_REQUIRE_DEFAULT_MODEL=1 MSE_REQUIRE_EVAL_DATA=1 $(BIN)/python -m pytest -q -m "not slow and not arm" --ignore=tests/mindformers tests
 
 test-slow: model
 	MSE_REQUIRE_DEFAULT_MODEL=1 MSE_REQUIRE_EVAL_DATA=1 $(BIN)/python -m pytest -q -m slow --ignore=tests/mindformers tests
 
 test-all: model
-	MSE_REQUIRE_DEFAULT_MODEL=1 MSE_REQUIRE_EVAL_DATA=1 $(BIN)/python -m pytest -q --ignore=tests/mindformers tests
+	MSE_REQUIRE_DEFAULT_MODEL=1 MSE_REQUIRE_EVAL_DATA=1 $(BIN)/python -m pytest -q -m "not arm" --ignore=tests/mindformers tests
+
+# The kernels' AArch64 build (NEON + portable paths), cross-compiled and run under qemu-user, must compute the bits
+# this machine's paths compute. Installs Debian's cross compiler and qemu-user when missing (needs root or sudo).
+ARM_TOOLS := aarch64-linux-gnu-g++ qemu-aarch64
+test-arm: $(STAMP)
+	@for t in $(ARM_TOOLS); do command -v $$t >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+	    SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq g++-aarch64-linux-gnu qemu-user >/dev/null; \
+	fi
+	$(BIN)/python -m pytest -q -m arm tests/test_kernel_isa.py
 
 bench: model
 	$(BIN)/python scripts/bench_greedy.py

@@ -9,7 +9,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.9",
     packages=find_packages(include=["mindspore_eagle", "mindspore_eagle.*", "ckpt_convert", "ckpt_convert.*"]),
-    package_data={"mindspore_eagle.kernels": ["*.cc"],  # compiled on the user's machine by `mindspore-eagle setup`
+    package_data={"mindspore_eagle.kernels": ["*.cc", "*.h"],  # compiled on the user's machine by `mindspore-eagle setup`
                   "mindspore_eagle.draft": ["suffix_calibration.json"]},
     install_requires=[
         "mindspore>=2.9,<2.11",  # 2.10.0 is what we test; 2.9 for the MindFormers adapter environment

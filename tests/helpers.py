@@ -507,14 +507,12 @@ def cpu_flags() -> set[str]:
 
 
 def require_kernel(dtype: str) -> None:
-    need = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"} | ({"avx512_bf16"} if dtype == "bfloat16" else set())
-    lacking = need - cpu_flags()
-    if lacking:
-        pytest.skip(f"processor lacks {sorted(lacking)}")
+    """The custom kernels must build and load on every x86-64 / AArch64 Linux machine (a generic path at least):
+    a failure here is a failure, never a skip."""
     from mindspore_eagle.kernels import ops
 
     status = ops.kernel_status(dtype)
-    assert status.library is not None, f"the processor has {sorted(need)} but the kernel is unavailable: {status.reason}"
+    assert status.library is not None, f"the custom {dtype} kernels are unavailable: {status.reason}"
 
 
 # ----- GGUF files and trace records written by hand ------------------------------------------------------

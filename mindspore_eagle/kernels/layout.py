@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-LANES = 16  # output columns per panel (fp32 lanes of one AVX-512 register)
+LANES = 16  # output columns per panel (the kernels' 16-lane vector, compute.cc)
 
 
 def panel_count(out_features: int) -> int:
@@ -28,10 +28,15 @@ def panel_count(out_features: int) -> int:
 
 
 def bf16_bits(a: np.ndarray) -> np.ndarray:
-    """float32 -> bf16 bit patterns (uint16), rounding to nearest even; NaN stays a (quiet) NaN."""
-    u = np.ascontiguousarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    """float32 -> bf16 bit patterns (uint16), rounding to nearest even; NaN stays a (quiet) NaN; a subnormal
+    becomes a zero of its sign (AVX512-BF16 treats subnormal inputs as zero, so every kernel path multiplies
+    the same values; linear.cc rounds activations by the same rule)."""
+    a = np.ascontiguousarray(a, np.float32)
+    u = a.view(np.uint32).astype(np.uint64)
     rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(np.isnan(a), np.uint16(0x7FC0), rounded)
+    sign = ((u >> 16) & 0x8000).astype(np.uint16)
+    rounded = np.where((u & 0x7F800000) == 0, sign, rounded)
+    return np.where(np.isnan(a), np.uint16(0x7FC0) | sign, rounded)
 
 
 def _as_in_out(weight: np.ndarray, transposed: bool) -> np.ndarray:

@@ -1,37 +1,26 @@
-// Batch-invariant small-M linear kernels for x86-64 CPUs with AVX-512: y[M, N] = x[M, K] @ W (+ bias).
+// Batch-invariant small-M linear kernels: y[M, N] = x[M, K] @ W (+ bias), fp32 or bf16 weights, fp32 sums.
 //
 // Why this exists: MindSpore's CPU MatMul is bandwidth-efficient at one row but slow at 8-64 rows, which is
 // what tree verification, batched data generation and draft growth run. These kernels stream the weight once
 // per call for any M <= a few hundred and keep the FMA units busy from M = 4 on.
 //
-// Batch invariance (the property speculation needs): every output element y[i, n] is computed by the same
-// sequence of operations whatever M is, however rows are blocked and whichever thread runs it:
-//     fp32:  acc = 0; for k = 0 .. K-1: acc = fma(x[i, k], W[k, n], acc);  y = acc (+ bias[n])
-//     bf16:  acc = 0; for p = 0 .. ceil(K/2)-1: acc = dpbf16(acc, (x[i,2p], x[i,2p+1]), (W[2p,n], W[2p+1,n]))
-// i.e. a strictly sequential reduction along K, one accumulator lane per output element. Row blocking (RM),
-// column blocking (RN) and the split of columns between threads change only *which register* holds a lane,
-// never the order of its additions; nothing splits K into separately summed parts (K slabs, below, only pause
-// the sequential sum). So row i of an M = 64 call is bit-identical to the same row computed alone.
+// This file holds what does not depend on the instruction set: the argument checks of the AOT entry points,
+// the prologues' dispatch, the rounding of activations to bf16, and the thread pool. The arithmetic (register
+// blocks, RMSNorm, SwiGLU) is compute.cc, compiled once per path (AVX-512, AVX2, NEON, portable); its header
+// states the batch invariance and why every path computes the same bits.
 //
 // Weight layouts (the caller packs once, at load time; see kernels/layout.py):
 //     fp32 "panels":  P[np, K, 16]   P[p, k, j] = W[k, 16p + j]           (zero where 16p + j >= N)
 //     bf16 "panels":  Q[np, K2, 32]  Q[p, q, 2j + t] = bf16(W[2q + t, 16p + j])   (zero-padded in K and N)
 // with np = ceil(N / 16) and K2 = ceil(K / 2); bf16 values are stored as uint16 bit patterns (round to nearest
-// even). A panel is contiguous, so each thread streams whole panels. The same panel format serves weights
-// stored [in, out] and the tied LM head's [vocab, hidden] table (packing does the transpose).
-//
-// dpbf16 is the AVX512-BF16 instruction VDPBF16PS: per fp32 lane, acc = (acc + x[2p+1] W[2p+1]) + x[2p] W[2p],
-// the bf16 x bf16 products exact, each addition rounded to fp32 (Intel's definition; checked bit for bit on the
-// AMD Zen 5 development machines, 3.2 M random lanes). Activations are rounded to bf16 (nearest even) in the
-// kernel; the output is fp32.
+// even, subnormals flushed to zero). A panel is contiguous, so each thread streams whole panels.
 //
 // Entry points follow MindSpore's AOT Custom op ABI (inputs, then outputs, in params):
 //     MseLinearF32       (x f32 [M, K], P f32 [np, K, 16])                 -> y f32 [M, N]
 //     MseLinearF32Bias   (x, P, bias f32 [N])                              -> y
 //     MseLinearBf16      (x f32 [M, K], Q int16 [np, K2, 32])              -> y f32 [M, N]
 //     MseLinearBf16Bias  (x, Q, bias f32 [N])                              -> y
-// N is read from the output shape. MseKernelFeatures() reports what the processor supports (for the loader);
-// MseKernelStats() the calls and wall time spent in the entry points (for benchmarks).
+// N is read from the output shape. MseKernelStats() reports the calls and wall time spent in the entry points.
 //
 // Threading: MindSpore calls an AOT kernel on one thread. The library can run its own small pool (the caller
 // plus MSE_KERNEL_THREADS - 1 workers, at most 8) that takes column chunks from a shared counter; which thread
@@ -45,7 +34,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -54,183 +42,28 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "kernels.h"
-#include "vmath.h"
 
 namespace {
 
-constexpr int kLanes = 16;   // fp32 lanes per zmm register = output columns per panel
-constexpr int kMaxRM = 4;    // rows per register block
-constexpr int kMaxRN = 8;    // panels per register block
-// With several row blocks (4 < M <= 16), K is processed in slabs of kSlab panel rows (64 B each): the chunk's
-// slab (<= 8 panels x 2 KB) stays in L1 while every row block uses it and the next slab is prefetched
-// meanwhile, so streaming the weight from DRAM overlaps the arithmetic of all row blocks. Between slabs the
-// partial sums wait in y (fp32, exactly the accumulator's value), so slabbing changes no addition's order and
-// may depend on M. Measured (one core): slabs help M = 8-16 by 5-10%, cost 5-15% at M = 1-4 and M >= 32.
-constexpr int64_t kSlab = 32;
-constexpr int64_t kPrefetchRows = 16;  // prefetch distance along K without slabs
+using Job = mse::LinearJob;
+using mse::kGlu;
+using mse::kNone;
+using mse::kNorm;
+using mse::Prologue;
+constexpr int64_t kLanes = 16;  // output columns per panel
 
-int64_t slab_for_rows(int64_t M, int64_t depth) { return M > kMaxRM && M <= 16 ? kSlab : depth; }
-
-// ---------------------------------------------------------------------------------------------------------
-// Register-blocked micro-kernels: RM rows x RN panels of accumulators, sequential over k in [k0, k1).
-
-inline __mmask16 lane_mask(int64_t valid) {
-  return valid >= kLanes ? (__mmask16)0xFFFF : (__mmask16)((1u << valid) - 1u);
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
 }
 
-// Start value of a panel's accumulator: zero on the first slab, else the partial sum left in y.
-MSE_AVX512 inline __m512 load_partial(const float* y, bool first, __mmask16 m) {
-  return first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, y);
-}
-
-// End of a slab: store the partial sum, or on the last slab the result: (acc + bias), then residual + that,
-// masked to the valid columns. bias and res are null except on the last slab.
-MSE_AVX512 inline void store_partial(float* y, const float* bias, const float* res, __mmask16 m, __m512 acc) {
-  if (bias) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, bias));
-  if (res) acc = _mm512_add_ps(_mm512_maskz_loadu_ps(m, res), acc);
-  _mm512_mask_storeu_ps(y, m, acc);
-}
-
-// fp32: x rows at x + i * ldx; panel p of the block at w + p * K * 16; pf: prefetch distance in rows. y, bias
-// and res (the residual, row stride ldy) point at the block's first column (bias and res only on the last
-// slab); valid: columns left from there.
-template <int RM, int RN>
-MSE_AVX512 void block_f32(const float* x, int64_t ldx, const float* w, int64_t K, int64_t k0, int64_t k1,
-                          int64_t pf, float* y, int64_t ldy, const float* bias, const float* res, bool first,
-                          int64_t valid) {
-  __m512 acc[RM][RN];
-  __mmask16 mask[RN];
-  for (int j = 0; j < RN; ++j) mask[j] = lane_mask(valid - j * kLanes);
-  for (int i = 0; i < RM; ++i)
-    for (int j = 0; j < RN; ++j) acc[i][j] = load_partial(y + i * ldy + j * kLanes, first, mask[j]);
-  const int64_t pstride = K * kLanes;
-  for (int64_t k = k0; k < k1; ++k) {
-    __m512 wv[RN];
-    for (int j = 0; j < RN; ++j) {
-      wv[j] = _mm512_loadu_ps(w + j * pstride + k * kLanes);
-      _mm_prefetch((const char*)(w + j * pstride + (k + pf) * kLanes), _MM_HINT_T0);
-    }
-    for (int i = 0; i < RM; ++i) {
-      const __m512 xb = _mm512_set1_ps(x[i * ldx + k]);
-      for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_fmadd_ps(xb, wv[j], acc[i][j]);
-    }
-  }
-  for (int i = 0; i < RM; ++i)
-    for (int j = 0; j < RN; ++j)
-      store_partial(y + i * ldy + j * kLanes, bias ? bias + j * kLanes : nullptr,
-                    res ? res + i * ldy + j * kLanes : nullptr, mask[j], acc[i][j]);
-}
-
-// bf16: xq rows hold ceil(K/2) packed bf16 pairs (low half = even k); panel p at w + p * K2 * 32; [q0, q1) are
-// pair indices.
-template <int RM, int RN>
-MSE_AVX512BF16 void block_bf16(const uint32_t* xq, int64_t ldx, const uint16_t* w, int64_t K2, int64_t q0,
-                               int64_t q1, int64_t pf, float* y, int64_t ldy, const float* bias, const float* res,
-                               bool first, int64_t valid) {
-  __m512 acc[RM][RN];
-  __mmask16 mask[RN];
-  for (int j = 0; j < RN; ++j) mask[j] = lane_mask(valid - j * kLanes);
-  for (int i = 0; i < RM; ++i)
-    for (int j = 0; j < RN; ++j) acc[i][j] = load_partial(y + i * ldy + j * kLanes, first, mask[j]);
-  const int64_t pstride = K2 * 2 * kLanes;
-  for (int64_t q = q0; q < q1; ++q) {
-    __m512bh wv[RN];
-    for (int j = 0; j < RN; ++j) {
-      wv[j] = (__m512bh)_mm512_loadu_si512(w + j * pstride + q * 2 * kLanes);
-      _mm_prefetch((const char*)(w + j * pstride + (q + pf) * 2 * kLanes), _MM_HINT_T0);
-    }
-    for (int i = 0; i < RM; ++i) {
-      const __m512bh xb = (__m512bh)_mm512_set1_epi32((int)xq[i * ldx + q]);
-      for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xb, wv[j]);
-    }
-  }
-  for (int i = 0; i < RM; ++i)
-    for (int j = 0; j < RN; ++j)
-      store_partial(y + i * ldy + j * kLanes, bias ? bias + j * kLanes : nullptr,
-                    res ? res + i * ldy + j * kLanes : nullptr, mask[j], acc[i][j]);
-}
-
-// Dispatch tables over (RM, RN): index [RM - 1][RN - 1].
-using BlockF32 = void (*)(const float*, int64_t, const float*, int64_t, int64_t, int64_t, int64_t, float*,
-                          int64_t, const float*, const float*, bool, int64_t);
-using BlockBf16 = void (*)(const uint32_t*, int64_t, const uint16_t*, int64_t, int64_t, int64_t, int64_t, float*,
-                           int64_t, const float*, const float*, bool, int64_t);
-
-template <int RM, int... RNs>
-constexpr std::array<BlockF32, sizeof...(RNs)> row_f32(std::integer_sequence<int, RNs...>) {
-  return {&block_f32<RM, RNs + 1>...};
-}
-template <int RM, int... RNs>
-constexpr std::array<BlockBf16, sizeof...(RNs)> row_bf16(std::integer_sequence<int, RNs...>) {
-  return {&block_bf16<RM, RNs + 1>...};
-}
-
-const std::array<std::array<BlockF32, kMaxRN>, kMaxRM> kF32 = {
-    row_f32<1>(std::make_integer_sequence<int, kMaxRN>{}), row_f32<2>(std::make_integer_sequence<int, kMaxRN>{}),
-    row_f32<3>(std::make_integer_sequence<int, kMaxRN>{}), row_f32<4>(std::make_integer_sequence<int, kMaxRN>{})};
-const std::array<std::array<BlockBf16, kMaxRN>, kMaxRM> kBf16 = {
-    row_bf16<1>(std::make_integer_sequence<int, kMaxRN>{}),
-    row_bf16<2>(std::make_integer_sequence<int, kMaxRN>{}),
-    row_bf16<3>(std::make_integer_sequence<int, kMaxRN>{}),
-    row_bf16<4>(std::make_integer_sequence<int, kMaxRN>{})};
-
-// Panels per register block for a row block of rm rows: RM * RN accumulators + RN weights + 1 broadcast
-// must fit the 32 zmm registers.
-constexpr int panels_for_rows(int rm) { return rm <= 2 ? 8 : 6; }
-
-// ---------------------------------------------------------------------------------------------------------
-// One call = one Job: columns are cut into chunks of whole panels; a thread that claims a chunk runs every row
-// block of it (the chunk's weights stay in L2 across row blocks).
-
-struct Job {
-  int64_t M, K, N, np, chunk, nchunks;  // chunk = panels per work item
-  const float* x;        // fp32 activations [M, K] (fp32 kernels)
-  const float* wf;       // fp32 panels, or
-  const uint16_t* wb;    // bf16 panels
-  const uint32_t* xq;    // bf16 activations, K2 pairs per row (bf16 kernels)
-  int64_t K2;
-  const float* bias;     // [N] or null
-  const float* res;      // residual [M, N] added to the result, or null
-  float* y;              // [M, N]
-  bool bf16;
-};
-
-// Computes chunk `item` into `out` (row 0, first column of the chunk; row stride ldo): y itself, or a worker's
-// private buffer.
-void run_chunk(const Job& c, int64_t item, float* out, int64_t ldo) {
-  const int64_t p0 = item * c.chunk, p1 = std::min(c.np, p0 + c.chunk);
-  const int64_t depth = c.bf16 ? c.K2 : c.K;  // reduction steps: pairs (bf16) or rows (fp32)
-  const int64_t slab = slab_for_rows(c.M, depth), pf = slab < depth ? slab : kPrefetchRows;
-  for (int64_t k0 = 0; k0 < depth; k0 += slab) {
-    const int64_t k1 = std::min(depth, k0 + slab);
-    const bool first = k0 == 0;
-    const bool last = k1 == depth;
-    for (int64_t m0 = 0; m0 < c.M; m0 += kMaxRM) {
-      const int rm = (int)std::min<int64_t>(kMaxRM, c.M - m0);
-      const int rn_max = panels_for_rows(rm);
-      for (int64_t p = p0; p < p1; p += rn_max) {
-        const int rn = (int)std::min<int64_t>(rn_max, p1 - p);
-        const int64_t n0 = p * kLanes;
-        float* y = out + m0 * ldo + (p - p0) * kLanes;
-        const float* bias = last && c.bias ? c.bias + n0 : nullptr;
-        const float* res = last && c.res ? c.res + m0 * c.N + n0 : nullptr;  // ldo == N (run_chunk_into_y)
-        if (c.bf16) {
-          kBf16[rm - 1][rn - 1](c.xq + m0 * c.K2, c.K2, c.wb + p * c.K2 * 2 * kLanes, c.K2, k0, k1, pf, y, ldo,
-                                bias, res, first, c.N - n0);
-        } else {
-          kF32[rm - 1][rn - 1](c.x + m0 * c.K, c.K, c.wf + p * c.K * kLanes, c.K, k0, k1, pf, y, ldo, bias, res,
-                               first, c.N - n0);
-        }
-      }
-    }
-  }
-}
-
-void run_chunk_into_y(const Job& c, int64_t item) { run_chunk(c, item, c.y + item * c.chunk * kLanes, c.N); }
+void run_chunk_into_y(const Job& c, int64_t item) { mse::isa().linear_chunk(c, item); }
 
 // ---------------------------------------------------------------------------------------------------------
 // A tiny persistent thread pool. The caller posts a job and works on it too; workers spin briefly, then sleep
@@ -274,7 +107,7 @@ class Pool {
     wake_.fetch_add(1, std::memory_order_release);
     if (sleepers_.load(std::memory_order_acquire) > 0) futex(&wake_, FUTEX_WAKE_PRIVATE, INT32_MAX);
     work(epoch, false);
-    while (done_.load(std::memory_order_acquire) != job.nchunks) _mm_pause();
+    while (done_.load(std::memory_order_acquire) != job.nchunks) cpu_relax();
   }
 
  private:
@@ -311,7 +144,7 @@ class Pool {
       uint32_t now;
       auto until = std::chrono::steady_clock::now() + kSpin;
       for (int spins = 0; (now = wake_.load(std::memory_order_acquire)) == seen; ++spins) {
-        _mm_pause();
+        cpu_relax();
         if ((spins & 255) != 255 || std::chrono::steady_clock::now() < until) continue;
         sleepers_.fetch_add(1, std::memory_order_acq_rel);  // a locked RMW on x86: a full barrier
         if (wake_.load(std::memory_order_acquire) == seen) futex(&wake_, FUTEX_WAIT_PRIVATE, seen);
@@ -333,71 +166,33 @@ class Pool {
   std::atomic<int> sleepers_{0};
 };
 
-// Panels per work item: one full register block for the call's row blocks (6 panels when M >= 3, else 8), so
-// no chunk is cut into narrow, latency-bound blocks; threads balance by claiming many small items. Very wide
-// outputs take a multiple, to stay within the pool's chunk table.
+// Panels per work item: one full register block for the call's row blocks, so no chunk is cut into narrow,
+// latency-bound blocks; threads balance by claiming many small items. Very wide outputs take a multiple, to
+// stay within the pool's chunk table.
 int64_t chunk_panels(int64_t M, int64_t np) {
-  const int64_t block = panels_for_rows((int)std::min<int64_t>(M, kMaxRM));
+  const int64_t block = mse::isa().panels_for_rows((int)std::min<int64_t>(M, mse::kMaxRM));
   const int64_t blocks = (np + block - 1) / block;
   return block * ((blocks + Pool::kMaxChunks - 1) / Pool::kMaxChunks);
 }
 
-// Activations -> bf16 pairs (round to nearest even), zero-padded to an even K.
-MSE_AVX512BF16 void pack_activations(const float* x, int64_t M, int64_t K, uint32_t* xq, int64_t K2) {
-  for (int64_t i = 0; i < M; ++i) {
-    const float* row = x + i * K;
-    uint32_t* out = xq + i * K2;
-    int64_t k = 0;
-    for (; k + 32 <= K; k += 32) {  // 32 floats -> 16 pairs
-      const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + k + 16), _mm512_loadu_ps(row + k));
-      _mm512_storeu_si512(out + k / 2, (__m512i)b);
-    }
-    for (; k < K; k += 2) {
-      const float lo = row[k], hi = k + 1 < K ? row[k + 1] : 0.0f;
-      const __m128bh b = _mm_cvtne2ps_pbh(_mm_set_ss(hi), _mm_set_ss(lo));  // [lo, 0, 0, 0, hi, 0, 0, 0]
-      const __m128i v = (__m128i)b;
-      out[k / 2] = (uint32_t)(uint16_t)_mm_extract_epi16(v, 0) | ((uint32_t)(uint16_t)_mm_extract_epi16(v, 4) << 16);
-    }
-  }
+// fp32 -> bf16 bits, rounding to nearest even; NaN -> quiet NaN; subnormals -> zero of the same sign (what
+// VDPBF16PS does to a subnormal input anyway, so every path multiplies the same values). layout.bf16_bits is
+// the same rule for the weights.
+inline uint32_t bf16_round(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu)) return 0x7FC0u | ((u >> 16) & 0x8000u);
+  if ((u & 0x7F800000u) == 0) return (u >> 16) & 0x8000u;
+  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
 }
 
-// ---------------------------------------------------------------------------------------------------------
-// Prologues: the activations a fused Linear multiplies, computed per row from its input (so they depend on that
-// row alone, never on M). RMSNorm: a = (x * r) * w with r = 1 / sqrt(sum(x^2) / K + eps), the sum of squares
-// an fma chain per lane (k mod 16) and then hsum's fixed tree. SwiGLU: the input is [gate | up] (2K wide) and
-// a = silu(gate) * up.
-
-using mse::kGlu;
-using mse::kNone;
-using mse::kNorm;
-using mse::Prologue;
-
-MSE_AVX512 void rmsnorm_rows(const float* x, int64_t M, int64_t K, const float* w, float eps, float* a) {
+// Activations -> bf16 pairs (low half = even k), zero-padded to an even K.
+void pack_activations(const float* x, int64_t M, int64_t K, uint32_t* xq, int64_t K2) {
   for (int64_t i = 0; i < M; ++i) {
     const float* row = x + i * K;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K; k += kLanes) {
-      const __m512 v = _mm512_maskz_loadu_ps(lane_mask(K - k), row + k);
-      acc = _mm512_fmadd_ps(v, v, acc);
-    }
-    const float r = 1.0f / std::sqrt(mse::hsum(acc) / (float)K + eps);
-    const __m512 rv = _mm512_set1_ps(r);
-    for (int64_t k = 0; k < K; k += kLanes) {
-      const __mmask16 m = lane_mask(K - k);
-      const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + k), rv), _mm512_maskz_loadu_ps(m, w + k));
-      _mm512_mask_storeu_ps(a + i * K + k, m, v);
-    }
-  }
-}
-
-MSE_AVX512 void swiglu_rows(const float* x, int64_t M, int64_t K, float* a) {
-  for (int64_t i = 0; i < M; ++i) {
-    const float* gate = x + i * 2 * K;
-    const float* up = gate + K;
-    for (int64_t k = 0; k < K; k += kLanes) {
-      const __mmask16 m = lane_mask(K - k);
-      const __m512 v = _mm512_mul_ps(mse::silu512(_mm512_maskz_loadu_ps(m, gate + k)), _mm512_maskz_loadu_ps(m, up + k));
-      _mm512_mask_storeu_ps(a + i * K + k, m, v);
+    for (int64_t q = 0; q < K2; ++q) {
+      const uint32_t lo = bf16_round(row[2 * q]), hi = 2 * q + 1 < K ? bf16_round(row[2 * q + 1]) : 0u;
+      xq[i * K2 + q] = lo | (hi << 16);
     }
   }
 }
@@ -482,9 +277,9 @@ void mse::linear_forward(const LinearCall& call) {
   if (call.prologue != kNone) {
     act.resize((size_t)(M * K));
     if (call.prologue == kNorm)
-      rmsnorm_rows(a, M, K, call.norm_w, call.eps, act.data());
+      mse::isa().rmsnorm_rows(a, M, K, call.norm_w, call.eps, act.data());
     else
-      swiglu_rows(a, M, K, act.data());
+      mse::isa().swiglu_rows(a, M, K, act.data());
     a = act.data();
   }
   Job c{};
@@ -516,16 +311,6 @@ int64_t MseKernelStats(double* seconds, int reset) {
   const int64_t nanos = reset ? g_nanos.exchange(0) : g_nanos.load();
   *seconds = (double)nanos * 1e-9;
   return calls;
-}
-
-// Bit 0: AVX-512 F/BW/VL/DQ + FMA (fp32 kernels); bit 1: AVX512-BF16 (bf16 kernels).
-int MseKernelFeatures() {
-  __builtin_cpu_init();
-  const bool f32 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                   __builtin_cpu_supports("fma");
-  const bool bf16 = f32 && __builtin_cpu_supports("avx512bf16");
-  return (f32 ? 1 : 0) | (bf16 ? 2 : 0);
 }
 
 int MseKernelThreads() { return Pool::get().threads(); }

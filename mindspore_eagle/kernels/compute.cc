@@ -1,0 +1,573 @@
+// The kernels' arithmetic, written once on simd.h's 16-lane vector V and compiled once per instruction-set path
+// (kernels/build.py passes one MSE_ISA_* macro and that path's compiler flags). Each compilation exports one
+// IsaOps table (kernels.h); isa.cc picks the table the processor can run.
+//
+// Linear kernels (y[M, N] = x[M, K] @ W (+ bias)), batch-invariant: every output element y[i, n] is computed by
+// the same sequence of operations whatever M is, however rows are blocked and whichever thread runs it:
+//     fp32:  acc = 0; for k = 0 .. K-1: acc = fma(x[i, k], W[k, n], acc);  y = acc (+ bias[n])
+//     bf16:  acc = 0; for p = 0 .. ceil(K/2)-1:
+//                acc = fma(x[i, 2p+1], W[2p+1, n], acc); acc = fma(x[i, 2p], W[2p, n], acc)
+// i.e. a strictly sequential reduction along K, one accumulator lane per output element. Row blocking (RM),
+// column blocking (RN), the split of columns between threads and the register width change only *which register*
+// holds a lane, never the order of its additions; nothing splits K into separately summed parts (K slabs only
+// pause the sequential sum, the partial sum waiting in y). So row i of an M = 64 call is bit-identical to the
+// same row computed alone, and every path computes the same bits.
+//
+// bf16: the product of two bf16 values is exact in fp32, so each fma above rounds exactly once, after the add:
+// that is AVX512-BF16's VDPBF16PS per lane (odd element first, Intel's definition), which the avx512bf16 path
+// uses; the other paths widen the bf16 bits to fp32 (a shift) and run the two fmas. The one difference left:
+// VDPBF16PS flushes a partial sum below 2^-126 to zero, the fma path keeps it subnormal.
+//
+// Attention (attention.cc's entry point; numerics described there): RoPE, the in-place K/V writes, and masked
+// GQA attention over each query row's visible span, with the same reduction layout on every path.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "kernels.h"
+#include "simd.h"
+
+namespace mse {
+namespace MSE_NS {
+namespace {
+
+// ---------------------------------------------------------------------------------------------------------
+// Register budgets per path: RM * RN accumulators + RN weights + 1 broadcast must fit the register file
+// (32 zmm; 16 ymm with V = 2 ymm; 32 q with V = 4 q).
+#if defined(MSE_ISA_AVX512)
+constexpr int kMaxRN = 8;
+int panels_for_rows(int rm) { return rm <= 2 ? 8 : 6; }
+constexpr int kAttRM = 6, kAttRN = 4;
+#elif defined(MSE_ISA_AVX2)
+constexpr int kMaxRN = 3;
+int panels_for_rows(int rm) { return rm == 1 ? 3 : rm == 2 ? 2 : 1; }
+constexpr int kAttRM = 4, kAttRN = 1;
+#elif defined(MSE_ISA_NEON)
+constexpr int kMaxRN = 3;
+int panels_for_rows(int rm) { return rm == 1 ? 3 : rm == 2 ? 2 : 1; }
+constexpr int kAttRM = 4, kAttRN = 1;
+#else
+constexpr int kMaxRN = 2;
+int panels_for_rows(int rm) { return rm == 1 ? 2 : 1; }
+constexpr int kAttRM = 2, kAttRN = 1;
+#endif
+
+// With several row blocks (4 < M <= 16), K is processed in slabs of kSlab panel rows: the chunk's slab stays
+// in L1 while every row block uses it. Between slabs the partial sums wait in y (fp32, exactly the
+// accumulator's value), so slabbing changes no addition's order and may depend on M.
+constexpr int64_t kSlab = 32;
+constexpr int64_t kPrefetchRows = 16;  // prefetch distance along K without slabs
+
+int64_t slab_for_rows(int64_t M, int64_t depth) { return M > kMaxRM && M <= 16 ? kSlab : depth; }
+
+// Start value of a panel's accumulator: zero on the first slab, else the partial sum left in y.
+inline V load_partial(const float* y, bool first, Mask m) { return first ? zero() : loadz(m, y); }
+
+// End of a slab: store the partial sum, or on the last slab the result: (acc + bias), then residual + that,
+// masked to the valid columns. bias and res are null except on the last slab.
+inline void store_partial(float* y, const float* bias, const float* res, Mask m, V acc) {
+  if (bias) acc = add(acc, loadz(m, bias));
+  if (res) acc = add(loadz(m, res), acc);
+  stores(m, y, acc);
+}
+
+// fp32: x rows at x + i * ldx; panel p of the block at w + p * K * 16; pf: prefetch distance in rows. y, bias
+// and res (row stride ldy) point at the block's first column; valid: columns left from there.
+template <int RM, int RN>
+void block_f32(const float* x, int64_t ldx, const float* w, int64_t K, int64_t k0, int64_t k1, int64_t pf,
+               float* y, int64_t ldy, const float* bias, const float* res, bool first, int64_t valid) {
+  V acc[RM][RN];
+  Mask mask[RN];
+  for (int j = 0; j < RN; ++j) mask[j] = lane_mask(valid - j * kLanes);
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) acc[i][j] = load_partial(y + i * ldy + j * kLanes, first, mask[j]);
+  const int64_t pstride = K * kLanes;
+  for (int64_t k = k0; k < k1; ++k) {
+    V wv[RN];
+    for (int j = 0; j < RN; ++j) {
+      wv[j] = load(w + j * pstride + k * kLanes);
+      prefetch(w + j * pstride + (k + pf) * kLanes);
+    }
+    for (int i = 0; i < RM; ++i) {
+      const V xb = set1(x[i * ldx + k]);
+      for (int j = 0; j < RN; ++j) acc[i][j] = fma(xb, wv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j)
+      store_partial(y + i * ldy + j * kLanes, bias ? bias + j * kLanes : nullptr,
+                    res ? res + i * ldy + j * kLanes : nullptr, mask[j], acc[i][j]);
+}
+
+// bf16: xq rows hold ceil(K/2) packed bf16 pairs (low half = even k); panel p at w + p * K2 * 32; [q0, q1) are
+// pair indices.
+template <int RM, int RN>
+void block_bf16(const uint32_t* xq, int64_t ldx, const uint16_t* w, int64_t K2, int64_t q0, int64_t q1, int64_t pf,
+                float* y, int64_t ldy, const float* bias, const float* res, bool first, int64_t valid) {
+  V acc[RM][RN];
+  Mask mask[RN];
+  for (int j = 0; j < RN; ++j) mask[j] = lane_mask(valid - j * kLanes);
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) acc[i][j] = load_partial(y + i * ldy + j * kLanes, first, mask[j]);
+  const int64_t pstride = K2 * 2 * kLanes;
+  for (int64_t q = q0; q < q1; ++q) {
+#if defined(MSE_NATIVE_BF16)
+    __m512bh wv[RN];
+    for (int j = 0; j < RN; ++j) {
+      wv[j] = (__m512bh)_mm512_loadu_si512(w + j * pstride + q * 2 * kLanes);
+      prefetch(w + j * pstride + (q + pf) * 2 * kLanes);
+    }
+    for (int i = 0; i < RM; ++i) {
+      const __m512bh xb = (__m512bh)_mm512_set1_epi32((int)xq[i * ldx + q]);
+      for (int j = 0; j < RN; ++j) acc[i][j].v = _mm512_dpbf16_ps(acc[i][j].v, xb, wv[j]);
+    }
+#else
+    V we[RN], wo[RN];
+    for (int j = 0; j < RN; ++j) {
+      bf16_pairs(w + j * pstride + q * 2 * kLanes, we[j], wo[j]);
+      prefetch(w + j * pstride + (q + pf) * 2 * kLanes);
+    }
+    for (int i = 0; i < RM; ++i) {
+      V xe, xo;
+      bf16_bcast(xq[i * ldx + q], xe, xo);
+      for (int j = 0; j < RN; ++j) acc[i][j] = fma(xe, we[j], fma(xo, wo[j], acc[i][j]));
+    }
+#endif
+  }
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j)
+      store_partial(y + i * ldy + j * kLanes, bias ? bias + j * kLanes : nullptr,
+                    res ? res + i * ldy + j * kLanes : nullptr, mask[j], acc[i][j]);
+}
+
+using BlockF32 = void (*)(const float*, int64_t, const float*, int64_t, int64_t, int64_t, int64_t, float*, int64_t,
+                          const float*, const float*, bool, int64_t);
+using BlockBf16 = void (*)(const uint32_t*, int64_t, const uint16_t*, int64_t, int64_t, int64_t, int64_t, float*,
+                           int64_t, const float*, const float*, bool, int64_t);
+
+template <int RM, int... RNs>
+constexpr std::array<BlockF32, sizeof...(RNs)> row_f32(std::integer_sequence<int, RNs...>) {
+  return {&block_f32<RM, RNs + 1>...};
+}
+template <int RM, int... RNs>
+constexpr std::array<BlockBf16, sizeof...(RNs)> row_bf16(std::integer_sequence<int, RNs...>) {
+  return {&block_bf16<RM, RNs + 1>...};
+}
+template <int... RMs>
+constexpr std::array<std::array<BlockF32, kMaxRN>, sizeof...(RMs)> table_f32(std::integer_sequence<int, RMs...>) {
+  return {row_f32<RMs + 1>(std::make_integer_sequence<int, kMaxRN>{})...};
+}
+template <int... RMs>
+constexpr std::array<std::array<BlockBf16, kMaxRN>, sizeof...(RMs)> table_bf16(std::integer_sequence<int, RMs...>) {
+  return {row_bf16<RMs + 1>(std::make_integer_sequence<int, kMaxRN>{})...};
+}
+const auto kF32 = table_f32(std::make_integer_sequence<int, kMaxRM>{});  // [RM - 1][RN - 1]
+const auto kBf16 = table_bf16(std::make_integer_sequence<int, kMaxRM>{});
+
+// Computes chunk `item` of the job into y: for each K slab, every row block of the chunk's panels.
+void linear_chunk(const LinearJob& c, int64_t item) {
+  const int64_t p0 = item * c.chunk, p1 = std::min(c.np, p0 + c.chunk);
+  const int64_t depth = c.bf16 ? c.K2 : c.K;  // reduction steps: pairs (bf16) or rows (fp32)
+  const int64_t slab = slab_for_rows(c.M, depth), pf = slab < depth ? slab : kPrefetchRows;
+  for (int64_t k0 = 0; k0 < depth; k0 += slab) {
+    const int64_t k1 = std::min(depth, k0 + slab);
+    const bool first = k0 == 0;
+    const bool last = k1 == depth;
+    for (int64_t m0 = 0; m0 < c.M; m0 += kMaxRM) {
+      const int rm = (int)std::min<int64_t>(kMaxRM, c.M - m0);
+      const int rn_max = std::min(kMaxRN, panels_for_rows(rm));
+      for (int64_t p = p0; p < p1; p += rn_max) {
+        const int rn = (int)std::min<int64_t>(rn_max, p1 - p);
+        const int64_t n0 = p * kLanes;
+        float* y = c.y + m0 * c.N + n0;
+        const float* bias = last && c.bias ? c.bias + n0 : nullptr;
+        const float* res = last && c.res ? c.res + m0 * c.N + n0 : nullptr;
+        if (c.bf16) {
+          kBf16[rm - 1][rn - 1](c.xq + m0 * c.K2, c.K2, c.wb + p * c.K2 * 2 * kLanes, c.K2, k0, k1, pf, y, c.N, bias,
+                                res, first, c.N - n0);
+        } else {
+          kF32[rm - 1][rn - 1](c.x + m0 * c.K, c.K, c.wf + p * c.K * kLanes, c.K, k0, k1, pf, y, c.N, bias, res,
+                               first, c.N - n0);
+        }
+      }
+    }
+  }
+}
+
+// Prologues: the activations a fused Linear multiplies, computed per row from its input (so they depend on that
+// row alone, never on M). RMSNorm: a = (x * r) * w with r = 1 / sqrt(sum(x^2) / K + eps), the sum of squares
+// an fma chain per lane (k mod 16) and then hsum's fixed tree. SwiGLU: a = silu(gate) * up.
+void rmsnorm_rows(const float* x, int64_t M, int64_t K, const float* w, float eps, float* a) {
+  for (int64_t i = 0; i < M; ++i) {
+    const float* row = x + i * K;
+    V acc = zero();
+    for (int64_t k = 0; k < K; k += kLanes) {
+      const V v = loadz(lane_mask(K - k), row + k);
+      acc = fma(v, v, acc);
+    }
+    const float r = 1.0f / std::sqrt(hsum(acc) / (float)K + eps);
+    const V rv = set1(r);
+    for (int64_t k = 0; k < K; k += kLanes) {
+      const Mask m = lane_mask(K - k);
+      stores(m, a + i * K + k, mul(mul(loadz(m, row + k), rv), loadz(m, w + k)));
+    }
+  }
+}
+
+void swiglu_rows(const float* x, int64_t M, int64_t K, float* a) {
+  for (int64_t i = 0; i < M; ++i) {
+    const float* gate = x + i * 2 * K;
+    const float* up = gate + K;
+    for (int64_t k = 0; k < K; k += kLanes) {
+      const Mask m = lane_mask(K - k);
+      stores(m, a + i * K + k, mul(silu(loadz(m, gate + k)), loadz(m, up + k)));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Attention (see attention.cc for the contract and the numerics).
+
+constexpr float kHiddenBelow = -5e8f;  // additive mask values at or below this hide a column (MASK_VALUE/2)
+
+int64_t floor16(int64_t j) { return j / kLanes * kLanes; }
+int64_t ceil16(int64_t j) { return (j + kLanes - 1) / kLanes * kLanes; }
+
+struct Span {
+  int64_t lo, hi;  // visible columns lie in [lo, hi)
+  bool all;        // the row sees nothing: every column counts as visible (the reference averages them all)
+};
+
+Mask visible_bits(const float* m, int64_t j0, int64_t S) {
+  const Mask valid = lane_mask(S - j0);
+  return cmp_gt(loadz(valid, m + j0), set1(kHiddenBelow)) & valid;
+}
+
+// The first and last visible column of one mask row.
+Span visible_span(const float* m, int64_t S) {
+  int64_t lo = -1, hi = -1;
+  for (int64_t j0 = 0; j0 < S; j0 += kLanes) {
+    if (const Mask vis = visible_bits(m, j0, S)) {
+      lo = j0 + __builtin_ctz(vis);
+      break;
+    }
+  }
+  if (lo < 0) return {0, S, true};
+  for (int64_t j0 = floor16(S - 1); j0 >= 0; j0 -= kLanes) {
+    if (const Mask vis = visible_bits(m, j0, S)) {
+      hi = j0 + 32 - __builtin_clz(vis);
+      break;
+    }
+  }
+  return {lo, hi, false};
+}
+
+// out = x * cos + rotate_half(x) * sin, rotate_half(x) = [-x[D/2:], x[:D/2]] (HF's layout): three roundings.
+void rope(const float* x, const float* cos, const float* sin, int64_t D, float* out) {
+  const int64_t h = D / 2;
+  for (int64_t d = 0; d < h; ++d) {
+    const float a = x[d] * cos[d];
+    const float b = -x[d + h] * sin[d];
+    out[d] = a + b;
+  }
+  for (int64_t d = h; d < D; ++d) {
+    const float a = x[d] * cos[d];
+    const float b = x[d - h] * sin[d];
+    out[d] = a + b;
+  }
+}
+
+#if defined(MSE_ISA_AVX512)
+// 16 x 16 transpose in registers: r[i] (row i) -> r[c] (column c). Pure data movement.
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  __m512 u[16];
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int k = 0; k < 4; ++k) {
+    const __m512 v0 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88), w0 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xDD);
+    const __m512 v1 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88);
+    const __m512 w1 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xDD);
+    r[k] = _mm512_shuffle_f32x4(v0, v1, 0x88);
+    r[8 + k] = _mm512_shuffle_f32x4(v0, v1, 0xDD);
+    r[4 + k] = _mm512_shuffle_f32x4(w0, w1, 0x88);
+    r[12 + k] = _mm512_shuffle_f32x4(w0, w1, 0xDD);
+  }
+}
+#elif defined(MSE_ISA_AVX2)
+// 8 x 8 transpose of rows r[0..7] in registers.
+inline void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int k = 0; k < 4; ++k) {
+    r[k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x20);
+    r[4 + k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x31);
+  }
+}
+#endif
+
+// Keys [j0, j1) of one head (rows of D floats at k, row j at k + j * D; j1 <= S) into kt[d][j - j0] with row
+// stride ldk; j0, ldk multiples of 16, columns past j1 (up to ceil16) zero. D % 16 == 0.
+void transpose_keys(const float* k, int64_t D, int64_t j0, int64_t j1, float* kt, int64_t ldk) {
+  for (int64_t jb = j0; jb < j1; jb += kLanes) {
+    const int64_t nrows = std::min<int64_t>(kLanes, j1 - jb);
+    for (int64_t d0 = 0; d0 < D; d0 += kLanes) {
+#if defined(MSE_ISA_AVX512)
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i) r[i] = i < nrows ? _mm512_loadu_ps(k + (jb + i) * D + d0) : _mm512_setzero_ps();
+      transpose16(r);
+      for (int c = 0; c < 16; ++c) _mm512_storeu_ps(kt + (d0 + c) * ldk + (jb - j0), r[c]);
+#elif defined(MSE_ISA_AVX2)
+      for (int bi = 0; bi < 2; ++bi)      // key rows jb + 8 bi ..
+        for (int bd = 0; bd < 2; ++bd) {  // dims d0 + 8 bd ..
+          __m256 r[8];
+          for (int i = 0; i < 8; ++i)
+            r[i] = 8 * bi + i < nrows ? _mm256_loadu_ps(k + (jb + 8 * bi + i) * D + d0 + 8 * bd) : _mm256_setzero_ps();
+          transpose8(r);
+          for (int c = 0; c < 8; ++c) _mm256_storeu_ps(kt + (d0 + 8 * bd + c) * ldk + (jb - j0) + 8 * bi, r[c]);
+        }
+#else
+      for (int c = 0; c < 16; ++c)
+        for (int i = 0; i < 16; ++i) kt[(d0 + c) * ldk + (jb - j0) + i] = i < nrows ? k[(jb + i) * D + d0 + c] : 0.0f;
+#endif
+    }
+  }
+}
+
+// scores s[i][16 c + l] = sum_d q[i][d] kt[d][16 c + l] for RM query rows and RN column vectors.
+template <int RM, int RN>
+void qk_block(const float* q, int64_t D, const float* kt, int64_t ldk, float* s, int64_t lds) {
+  V acc[RM][RN];
+  for (int i = 0; i < RM; ++i)
+    for (int c = 0; c < RN; ++c) acc[i][c] = zero();
+  for (int64_t d = 0; d < D; ++d) {
+    V w[RN];
+    for (int c = 0; c < RN; ++c) w[c] = load(kt + d * ldk + c * kLanes);
+    for (int i = 0; i < RM; ++i) {
+      const V b = set1(q[i * D + d]);
+      for (int c = 0; c < RN; ++c) acc[i][c] = fma(b, w[c], acc[i][c]);
+    }
+  }
+  for (int i = 0; i < RM; ++i)
+    for (int c = 0; c < RN; ++c) store(s + i * lds + c * kLanes, acc[i][c]);
+}
+
+// o[i][16 c + l] = sum_{j < n} p[i][j] v[j][16 c + l] (sequential in j), RM rows x RN 16-dim vectors; v rows
+// have stride D.
+template <int RM, int RN>
+void pv_block(const float* p, int64_t ldp, const float* v, int64_t D, int64_t n, float* o, int64_t ldo) {
+  V acc[RM][RN];
+  for (int i = 0; i < RM; ++i)
+    for (int c = 0; c < RN; ++c) acc[i][c] = zero();
+  for (int64_t j = 0; j < n; ++j) {
+    V w[RN];
+    for (int c = 0; c < RN; ++c) w[c] = load(v + j * D + c * kLanes);
+    for (int i = 0; i < RM; ++i) {
+      const V b = set1(p[i * ldp + j]);
+      for (int c = 0; c < RN; ++c) acc[i][c] = fma(b, w[c], acc[i][c]);
+    }
+  }
+  for (int i = 0; i < RM; ++i)
+    for (int c = 0; c < RN; ++c) store(o + i * ldo + c * kLanes, acc[i][c]);
+}
+
+using QkFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t);
+using PvFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*, int64_t);
+
+template <int RM, int... RNs>
+constexpr std::array<QkFn, sizeof...(RNs)> qk_row(std::integer_sequence<int, RNs...>) {
+  return {&qk_block<RM, RNs + 1>...};
+}
+template <int RM, int... RNs>
+constexpr std::array<PvFn, sizeof...(RNs)> pv_row(std::integer_sequence<int, RNs...>) {
+  return {&pv_block<RM, RNs + 1>...};
+}
+template <int... RMs>
+constexpr std::array<std::array<QkFn, kAttRN>, sizeof...(RMs)> qk_table(std::integer_sequence<int, RMs...>) {
+  return {qk_row<RMs + 1>(std::make_integer_sequence<int, kAttRN>{})...};
+}
+template <int... RMs>
+constexpr std::array<std::array<PvFn, kAttRN>, sizeof...(RMs)> pv_table(std::integer_sequence<int, RMs...>) {
+  return {pv_row<RMs + 1>(std::make_integer_sequence<int, kAttRN>{})...};
+}
+const auto kQk = qk_table(std::make_integer_sequence<int, kAttRM>{});  // [RM - 1][RN - 1]
+const auto kPv = pv_table(std::make_integer_sequence<int, kAttRM>{});
+
+// Lanes of the 16 columns from j that are visible: inside the span and (unless the row sees nothing) with a mask
+// value above the threshold.
+inline Mask visible_lanes(const float* mask, int64_t j, Span span) {
+  const Mask in = lane_mask(span.hi - j) & (Mask)~lane_mask(span.lo - j) & 0xFFFFu;
+  if (span.all) return in;
+  return cmp_gt(loadz(in, mask + j), set1(kHiddenBelow)) & in;
+}
+
+// The visible lanes of p, in lane order, appended at dst; returns how many.
+inline int64_t compress_store(float* dst, Mask vis, V p) {
+#if defined(MSE_ISA_AVX512)
+  _mm512_mask_compressstoreu_ps(dst, (__mmask16)vis, p.v);
+  return __builtin_popcount(vis);
+#else
+  float f[16];
+  store(f, p);
+  int64_t n = 0;
+  for (int l = 0; l < 16; ++l)
+    if ((vis >> l) & 1u) dst[n++] = f[l];
+  return n;
+#endif
+}
+
+// Softmax of one row in place: s holds raw dot products for columns [c0, c1) (c0 a multiple of 16, absolute
+// column c0 at s[0]); afterwards s holds p, +0 at every hidden column; returns l, summed by *rank*: the n-th
+// visible column goes to lane n mod 16, then hsum's fixed tree (`packed`: room for c1 - c0 floats).
+float softmax_row(float* s, int64_t c0, int64_t c1, const float* mask, Span span, float scale, float* packed) {
+  const V sc = set1(scale), neg_inf = set1(-INFINITY);
+  const int64_t b0 = floor16(span.lo), b1 = ceil16(span.hi);
+  V mx = neg_inf;
+  for (int64_t j = b0; j < b1; j += kLanes) {
+    const Mask vis = visible_lanes(mask, j, span);
+    const V x = add(mul(load(s + (j - c0)), sc), loadz(vis, mask + j));
+    const V xm = select(vis, x, neg_inf);
+    store(s + (j - c0), xm);
+    mx = vmax(mx, xm);
+  }
+  const V m = set1(hmax(mx));
+  int64_t n = 0;  // visible columns so far
+  for (int64_t j = c0; j < c1; j += kLanes) {
+    if (j < b0 || j >= b1) {
+      store(s + (j - c0), zero());
+      continue;
+    }
+    const Mask vis = visible_lanes(mask, j, span);
+    const V p = select(vis, vexp(sub(load(s + (j - c0)), m)), zero());
+    store(s + (j - c0), p);
+    n += compress_store(packed + n, vis, p);
+  }
+  V lsum = zero();
+  for (int64_t r = 0; r < n; r += kLanes) lsum = add(lsum, loadz(lane_mask(n - r), packed + r));
+  return hsum(lsum);
+}
+
+struct Scratch {
+  std::vector<float> kt, q, s, o, packed;
+  std::vector<Span> spans;
+};
+
+int attention(const AttentionCall& c) {
+  const int64_t B = c.B, T = c.T, H = c.H, Hkv = c.Hkv, D = c.D, S = c.S, W = (H + 2 * Hkv) * D, rep = H / Hkv;
+  const float* qkv = c.qkv;
+  const float* cosv = c.cos;
+  const float* sinv = c.sin;
+  const float* mask = c.mask;
+  const int64_t* widx = c.write_idx;
+  float* kc = c.k_cache;
+  float* vc = c.v_cache;
+  float* out = c.out;
+  const float scale = (float)(1.0 / std::sqrt((double)D));
+
+  for (int64_t b = 0; b < B; ++b)  // all row indices first: a bad one writes nothing
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t row = widx[((b * Hkv) * T + t) * 3 + 2];
+      if (row < 0 || row >= S) return 5;
+    }
+
+  thread_local Scratch sc;
+  sc.spans.resize((size_t)T);
+  sc.q.resize((size_t)(rep * T * D));
+  sc.o.resize((size_t)(kAttRM * D));
+  for (int64_t b = 0; b < B; ++b) {
+    // 1. new K (roped) and V rows into the cache, in place
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t row = widx[((b * Hkv) * T + t) * 3 + 2];
+      const float* tok = qkv + (b * T + t) * W;
+      const float* cs = cosv + (b * T + t) * D;
+      const float* sn = sinv + (b * T + t) * D;
+      for (int64_t g = 0; g < Hkv; ++g) {
+        rope(tok + (H + g) * D, cs, sn, D, kc + ((b * Hkv + g) * S + row) * D);
+        std::memcpy(vc + ((b * Hkv + g) * S + row) * D, tok + (H + Hkv + g) * D, (size_t)D * sizeof(float));
+      }
+    }
+    // 2. each token's visible span
+    int64_t jlo = S, jhi = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      sc.spans[t] = visible_span(mask + (b * T + t) * S, S);
+      jlo = std::min(jlo, sc.spans[t].lo);
+      jhi = std::max(jhi, sc.spans[t].hi);
+    }
+    const int64_t k0 = floor16(jlo), ncol = ceil16(jhi) - k0;  // this batch entry's key columns [k0, k0 + ncol)
+    sc.kt.resize((size_t)(D * ncol));
+    sc.s.resize((size_t)(kAttRM * ncol));
+    sc.packed.resize((size_t)ncol);
+    for (int64_t g = 0; g < Hkv; ++g) {
+      const float* kh = kc + (b * Hkv + g) * S * D;
+      const float* vh = vc + (b * Hkv + g) * S * D;
+      transpose_keys(kh, D, k0, jhi, sc.kt.data(), ncol);
+      // queries of KV head g, row i = t * rep + r (head g * rep + r of token t), roped
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t r = 0; r < rep; ++r)
+          rope(qkv + (b * T + t) * W + (g * rep + r) * D, cosv + (b * T + t) * D, sinv + (b * T + t) * D, D,
+               sc.q.data() + (t * rep + r) * D);
+      const int64_t rows = T * rep;
+      for (int64_t i0 = 0; i0 < rows; i0 += kAttRM) {
+        const int rm = (int)std::min<int64_t>(kAttRM, rows - i0);
+        int64_t blo = S, bhi = 0;  // the block's column union
+        for (int i = 0; i < rm; ++i) {
+          const Span sp = sc.spans[(i0 + i) / rep];
+          blo = std::min(blo, sp.lo);
+          bhi = std::max(bhi, sp.hi);
+        }
+        const int64_t c0 = floor16(blo), c1 = ceil16(bhi);
+        float* s = sc.s.data();
+        const int64_t lds = ncol;
+        for (int64_t j = c0; j < c1; j += kAttRN * kLanes) {
+          const int rn = (int)std::min<int64_t>(kAttRN, (c1 - j) / kLanes);
+          kQk[rm - 1][rn - 1](sc.q.data() + i0 * D, D, sc.kt.data() + (j - k0), ncol, s + (j - c0), lds);
+        }
+        float l[kAttRM];
+        for (int i = 0; i < rm; ++i) {
+          const int64_t t = (i0 + i) / rep;
+          l[i] = softmax_row(s + i * lds, c0, c1, mask + (b * T + t) * S, sc.spans[t], scale, sc.packed.data());
+        }
+        for (int64_t d0 = 0; d0 < D; d0 += kAttRN * kLanes) {  // columns [blo, bhi): p from s[blo - c0]
+          const int rn = (int)std::min<int64_t>(kAttRN, (D - d0) / kLanes);
+          kPv[rm - 1][rn - 1](s + (blo - c0), lds, vh + blo * D + d0, D, bhi - blo, sc.o.data() + d0, D);
+        }
+        for (int i = 0; i < rm; ++i) {
+          const int64_t t = (i0 + i) / rep, h = g * rep + (i0 + i) % rep;
+          float* dst = out + (b * T + t) * H * D + h * D;
+          for (int64_t d = 0; d < D; ++d) dst[d] = sc.o[i * D + d] / l[i];
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+#define MSE_STR2(x) #x
+#define MSE_STR(x) MSE_STR2(x)
+extern const IsaOps kOps = {MSE_STR(MSE_NS), panels_for_rows, linear_chunk, rmsnorm_rows, swiglu_rows, attention};
+
+}  // namespace MSE_NS
+}  // namespace mse

@@ -1,0 +1,118 @@
+"""Every instruction-set path of the kernels computes the same bits: AVX-512 (+BF16), AVX2 and the portable path
+on x86-64, NEON and the portable path on AArch64 (under qemu, ``make test-arm``).
+
+Two levels: the C++ self-test (kernels/selftest.cc: linear in fp32/bf16 with every prologue, bias and residual,
+and tree attention with its in-place cache writes, each output hashed) run on every path this processor
+runs; and a whole teacher built on the kernels, whose logits must be bit-identical with the path switched in
+the same process. Paths this processor cannot run are covered on a machine that can (the self-test lists
+every path it runs) or under emulation (AArch64)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from mindspore_eagle.kernels import build
+
+X86 = platform.machine().lower() in ("x86_64", "amd64")
+
+
+@pytest.fixture(scope="module")
+def native_selftest(tmp_path_factory):
+    exe = str(tmp_path_factory.mktemp("selftest") / "mse_selftest")
+    failure = build.build_selftest(exe)
+    assert failure == "", failure
+    proc = subprocess.run([exe], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_this_processor_runs_a_simd_path_and_the_portable_one():
+    lib = build.load().library
+    assert lib is not None, build.load().reason
+    assert "generic" in lib.isas and len(lib.isas) >= 2, lib.isas  # a SIMD path on every x86-64 / AArch64 CPU
+    assert lib.isa == lib.isas[0]  # the best one is used unless MSE_KERNEL_ISA says otherwise
+
+
+def test_every_path_this_processor_runs_computes_the_same_bits(native_selftest):
+    results = build.parse_selftest(native_selftest)
+    paths = sorted({p for _, p in results})
+    cases = sorted({c for c, _ in results})
+    assert len(paths) >= 2 and len(cases) >= 10, native_selftest
+    for case in cases:
+        values = {p: results[case, p] for p in paths}
+        assert len(set(values.values())) == 1, (case, values)
+
+
+def test_rows_of_a_call_equal_the_rows_computed_alone_on_every_path(native_selftest):
+    lines = [line for line in native_selftest.splitlines() if line.startswith("rows ")]
+    assert lines and all(line.endswith(" ok") for line in lines), lines
+
+
+def test_an_unknown_or_unavailable_path_is_refused():
+    from mindspore_eagle.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="cannot run"):
+        build.select_isa("no-such-path")
+    if X86 and "avx512" not in build.load().library.isas:
+        with pytest.raises(ConfigError, match="cannot run"):
+            build.select_isa("avx512")
+
+
+def test_a_teacher_computes_the_same_logits_on_every_path(hf_tiny):
+    """The tiny Pangu teacher (biases on q/k/v/o) on the fused kernels, fp32 and bf16: prefill + decode logits
+    bit-identical whichever path computes them (switched in one process, same compiled graphs)."""
+    from mindspore_eagle.config import RuntimeConfig
+    from mindspore_eagle.kernels import MatmulChoice
+    from mindspore_eagle.teacher import Teacher
+    from mindspore_eagle.tree import ForwardInputs, TreeLayout
+
+    lib = build.load().library
+    _, ms_dir, _ = hf_tiny("pangu")
+    runtime = RuntimeConfig(max_cache_len=64, buckets=(1, 16), prefill_chunk=16)
+    ids = [int(t) for t in np.random.default_rng(7).integers(0, 101, 17)]
+    try:
+        for dtype in ("float32", "bfloat16"):
+            teacher = Teacher.load(ms_dir, runtime, matmul=MatmulChoice("custom", dtype))
+            logits = {}
+            for path in lib.isas:
+                build.select_isa(path)
+                block = teacher.forward(ForwardInputs.for_tree(TreeLayout.chain(ids[:16]), 0, 16, teacher.max_len))
+                one = teacher.forward(ForwardInputs.for_tree(TreeLayout.chain(ids[16:]), 16, 1, teacher.max_len))
+                logits[path] = np.concatenate([block.logits[0], one.logits[0]]).view(np.uint32)
+            first = logits[lib.isas[0]]
+            for path, bits in logits.items():
+                assert np.array_equal(bits, first), (dtype, path)
+    finally:
+        build.select_isa(lib.isas[0])
+
+
+# ----- AArch64 under qemu-user (`make test-arm`) -----------------------------------------------------------
+
+AARCH64_CXX = "aarch64-linux-gnu-g++"
+
+
+@pytest.mark.arm
+def test_aarch64_paths_compute_the_bits_of_this_machines_paths(native_selftest, tmp_path):
+    """The AArch64 build (NEON and portable paths), cross-compiled and run under qemu-aarch64, prints the same
+    hash for every case as every path of this machine: fp32 and bf16 tokens replay across architectures."""
+    assert shutil.which(AARCH64_CXX), f"{AARCH64_CXX} missing: `make test-arm` installs g++-aarch64-linux-gnu"
+    assert shutil.which("qemu-aarch64"), "qemu-aarch64 missing: `make test-arm` installs qemu-user"
+    exe = str(tmp_path / "mse_selftest_aarch64")
+    failure = build.build_selftest(exe, cxx=AARCH64_CXX, arch="aarch64", static=True)
+    assert failure == "", failure
+    proc = subprocess.run(["qemu-aarch64", exe], capture_output=True, text=True, timeout=900,
+                          env=dict(os.environ, QEMU_CPU="max"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    arm = build.parse_selftest(proc.stdout)
+    assert {p for _, p in arm} == {"neon", "generic"}, proc.stdout
+    native = build.parse_selftest(native_selftest)
+    for (case, path), value in arm.items():
+        mine = {v for (c, _), v in native.items() if c == case}
+        assert mine == {value}, (case, path, value, mine)
+    assert "rows neon ok" in proc.stdout and "rows generic ok" in proc.stdout
