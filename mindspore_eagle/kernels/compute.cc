@@ -80,27 +80,34 @@ inline void store_partial(float* y, const float* bias, const float* res, Mask m,
 template <int RM, int RN>
 void block_f32(const float* x, int64_t ldx, const float* w, int64_t K, int64_t k0, int64_t k1, int64_t pf,
                float* y, int64_t ldy, const float* bias, const float* res, bool first, int64_t valid) {
-  V acc[RM][RN];
+  R acc[RM][RN][kSub];
   Mask mask[RN];
   for (int j = 0; j < RN; ++j) mask[j] = lane_mask(valid - j * kLanes);
   for (int i = 0; i < RM; ++i)
-    for (int j = 0; j < RN; ++j) acc[i][j] = load_partial(y + i * ldy + j * kLanes, first, mask[j]);
+    for (int j = 0; j < RN; ++j) {
+      const V a = load_partial(y + i * ldy + j * kLanes, first, mask[j]);
+      for (int s = 0; s < kSub; ++s) acc[i][j][s] = part(a, s);
+    }
   const int64_t pstride = K * kLanes;
   for (int64_t k = k0; k < k1; ++k) {
-    V wv[RN];
+    R wv[RN][kSub];
     for (int j = 0; j < RN; ++j) {
-      wv[j] = load(w + j * pstride + k * kLanes);
+      for (int s = 0; s < kSub; ++s) wv[j][s] = rload(w + j * pstride + k * kLanes + s * kRL);
       prefetch(w + j * pstride + (k + pf) * kLanes);
     }
     for (int i = 0; i < RM; ++i) {
-      const V xb = set1(x[i * ldx + k]);
-      for (int j = 0; j < RN; ++j) acc[i][j] = fma(xb, wv[j], acc[i][j]);
+      const R xb = rset1(x[i * ldx + k]);
+      for (int j = 0; j < RN; ++j)
+        for (int s = 0; s < kSub; ++s) acc[i][j][s] = rfma(xb, wv[j][s], acc[i][j][s]);
     }
   }
   for (int i = 0; i < RM; ++i)
-    for (int j = 0; j < RN; ++j)
+    for (int j = 0; j < RN; ++j) {
+      V a;
+      for (int s = 0; s < kSub; ++s) set_part(a, s, acc[i][j][s]);
       store_partial(y + i * ldy + j * kLanes, bias ? bias + j * kLanes : nullptr,
-                    res ? res + i * ldy + j * kLanes : nullptr, mask[j], acc[i][j]);
+                    res ? res + i * ldy + j * kLanes : nullptr, mask[j], a);
+    }
 }
 
 // bf16: xq rows hold ceil(K/2) packed bf16 pairs (low half = even k); panel p at w + p * K2 * 32; [q0, q1) are
@@ -108,11 +115,14 @@ void block_f32(const float* x, int64_t ldx, const float* w, int64_t K, int64_t k
 template <int RM, int RN>
 void block_bf16(const uint32_t* xq, int64_t ldx, const uint16_t* w, int64_t K2, int64_t q0, int64_t q1, int64_t pf,
                 float* y, int64_t ldy, const float* bias, const float* res, bool first, int64_t valid) {
-  V acc[RM][RN];
+  R acc[RM][RN][kSub];
   Mask mask[RN];
   for (int j = 0; j < RN; ++j) mask[j] = lane_mask(valid - j * kLanes);
   for (int i = 0; i < RM; ++i)
-    for (int j = 0; j < RN; ++j) acc[i][j] = load_partial(y + i * ldy + j * kLanes, first, mask[j]);
+    for (int j = 0; j < RN; ++j) {
+      const V a = load_partial(y + i * ldy + j * kLanes, first, mask[j]);
+      for (int s = 0; s < kSub; ++s) acc[i][j][s] = part(a, s);
+    }
   const int64_t pstride = K2 * 2 * kLanes;
   for (int64_t q = q0; q < q1; ++q) {
 #if defined(MSE_NATIVE_BF16)
@@ -123,25 +133,29 @@ void block_bf16(const uint32_t* xq, int64_t ldx, const uint16_t* w, int64_t K2, 
     }
     for (int i = 0; i < RM; ++i) {
       const __m512bh xb = (__m512bh)_mm512_set1_epi32((int)xq[i * ldx + q]);
-      for (int j = 0; j < RN; ++j) acc[i][j].v = _mm512_dpbf16_ps(acc[i][j].v, xb, wv[j]);
+      for (int j = 0; j < RN; ++j) acc[i][j][0] = _mm512_dpbf16_ps(acc[i][j][0], xb, wv[j]);
     }
 #else
-    V we[RN], wo[RN];
+    R we[RN][kSub], wo[RN][kSub];
     for (int j = 0; j < RN; ++j) {
-      bf16_pairs(w + j * pstride + q * 2 * kLanes, we[j], wo[j]);
+      for (int s = 0; s < kSub; ++s) rbf16_pairs(w + j * pstride + q * 2 * kLanes + 2 * s * kRL, we[j][s], wo[j][s]);
       prefetch(w + j * pstride + (q + pf) * 2 * kLanes);
     }
     for (int i = 0; i < RM; ++i) {
-      V xe, xo;
-      bf16_bcast(xq[i * ldx + q], xe, xo);
-      for (int j = 0; j < RN; ++j) acc[i][j] = fma(xe, we[j], fma(xo, wo[j], acc[i][j]));
+      R xe, xo;
+      rbf16_bcast(xq[i * ldx + q], xe, xo);
+      for (int j = 0; j < RN; ++j)
+        for (int s = 0; s < kSub; ++s) acc[i][j][s] = rfma(xe, we[j][s], rfma(xo, wo[j][s], acc[i][j][s]));
     }
 #endif
   }
   for (int i = 0; i < RM; ++i)
-    for (int j = 0; j < RN; ++j)
+    for (int j = 0; j < RN; ++j) {
+      V a;
+      for (int s = 0; s < kSub; ++s) set_part(a, s, acc[i][j][s]);
       store_partial(y + i * ldy + j * kLanes, bias ? bias + j * kLanes : nullptr,
-                    res ? res + i * ldy + j * kLanes : nullptr, mask[j], acc[i][j]);
+                    res ? res + i * ldy + j * kLanes : nullptr, mask[j], a);
+    }
 }
 
 using BlockF32 = void (*)(const float*, int64_t, const float*, int64_t, int64_t, int64_t, int64_t, float*, int64_t,
@@ -358,38 +372,52 @@ void transpose_keys(const float* k, int64_t D, int64_t j0, int64_t j1, float* kt
 // scores s[i][16 c + l] = sum_d q[i][d] kt[d][16 c + l] for RM query rows and RN column vectors.
 template <int RM, int RN>
 void qk_block(const float* q, int64_t D, const float* kt, int64_t ldk, float* s, int64_t lds) {
-  V acc[RM][RN];
+  R acc[RM][RN][kSub];
   for (int i = 0; i < RM; ++i)
-    for (int c = 0; c < RN; ++c) acc[i][c] = zero();
+    for (int c = 0; c < RN; ++c)
+      for (int u = 0; u < kSub; ++u) acc[i][c][u] = rset1(0.0f);
   for (int64_t d = 0; d < D; ++d) {
-    V w[RN];
-    for (int c = 0; c < RN; ++c) w[c] = load(kt + d * ldk + c * kLanes);
+    R w[RN][kSub];
+    for (int c = 0; c < RN; ++c)
+      for (int u = 0; u < kSub; ++u) w[c][u] = rload(kt + d * ldk + c * kLanes + u * kRL);
     for (int i = 0; i < RM; ++i) {
-      const V b = set1(q[i * D + d]);
-      for (int c = 0; c < RN; ++c) acc[i][c] = fma(b, w[c], acc[i][c]);
+      const R b = rset1(q[i * D + d]);
+      for (int c = 0; c < RN; ++c)
+        for (int u = 0; u < kSub; ++u) acc[i][c][u] = rfma(b, w[c][u], acc[i][c][u]);
     }
   }
   for (int i = 0; i < RM; ++i)
-    for (int c = 0; c < RN; ++c) store(s + i * lds + c * kLanes, acc[i][c]);
+    for (int c = 0; c < RN; ++c) {
+      V a;
+      for (int u = 0; u < kSub; ++u) set_part(a, u, acc[i][c][u]);
+      store(s + i * lds + c * kLanes, a);
+    }
 }
 
 // o[i][16 c + l] = sum_{j < n} p[i][j] v[j][16 c + l] (sequential in j), RM rows x RN 16-dim vectors; v rows
 // have stride D.
 template <int RM, int RN>
 void pv_block(const float* p, int64_t ldp, const float* v, int64_t D, int64_t n, float* o, int64_t ldo) {
-  V acc[RM][RN];
+  R acc[RM][RN][kSub];
   for (int i = 0; i < RM; ++i)
-    for (int c = 0; c < RN; ++c) acc[i][c] = zero();
+    for (int c = 0; c < RN; ++c)
+      for (int u = 0; u < kSub; ++u) acc[i][c][u] = rset1(0.0f);
   for (int64_t j = 0; j < n; ++j) {
-    V w[RN];
-    for (int c = 0; c < RN; ++c) w[c] = load(v + j * D + c * kLanes);
+    R w[RN][kSub];
+    for (int c = 0; c < RN; ++c)
+      for (int u = 0; u < kSub; ++u) w[c][u] = rload(v + j * D + c * kLanes + u * kRL);
     for (int i = 0; i < RM; ++i) {
-      const V b = set1(p[i * ldp + j]);
-      for (int c = 0; c < RN; ++c) acc[i][c] = fma(b, w[c], acc[i][c]);
+      const R b = rset1(p[i * ldp + j]);
+      for (int c = 0; c < RN; ++c)
+        for (int u = 0; u < kSub; ++u) acc[i][c][u] = rfma(b, w[c][u], acc[i][c][u]);
     }
   }
   for (int i = 0; i < RM; ++i)
-    for (int c = 0; c < RN; ++c) store(o + i * ldo + c * kLanes, acc[i][c]);
+    for (int c = 0; c < RN; ++c) {
+      V a;
+      for (int u = 0; u < kSub; ++u) set_part(a, u, acc[i][c][u]);
+      store(o + i * ldo + c * kLanes, a);
+    }
 }
 
 using QkFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t);

@@ -81,15 +81,24 @@ inline V pow2(V n) {  // 2^n for integral n in [-126, 127]
 inline Mask cmp_gt(V a, V b) { return (Mask)_mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ); }
 inline Mask cmp_lt(V a, V b) { return (Mask)_mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ); }
 inline V select(Mask m, V a, V b) { return {_mm512_mask_blend_ps((__mmask16)m, b.v, a.v)}; }  // m ? a : b
-// Lane j of `even` / `odd` = bf16 p[2j] / p[2j + 1] widened to fp32 (exact: a shift of the bits).
-inline void bf16_pairs(const uint16_t* p, V& even, V& odd) {
+// The native register R (kSub of them make a V, kRL lanes each), for the hot loops: arrays of R stay in
+// registers where arrays of V (a struct) would be spilled by the compiler.
+using R = __m512;
+constexpr int kSub = 1, kRL = 16;
+inline R part(const V& a, int) { return a.v; }
+inline void set_part(V& a, int, R r) { a.v = r; }
+inline R rload(const float* p) { return _mm512_loadu_ps(p); }
+inline R rset1(float a) { return _mm512_set1_ps(a); }
+inline R rfma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
+// Lane j of `even` / `odd` = bf16 p[2j] / p[2j + 1] (kRL pairs at p) widened to fp32: exact, a shift of the bits.
+inline void rbf16_pairs(const uint16_t* p, R& even, R& odd) {
   const __m512i w = _mm512_loadu_si512(p);
-  even.v = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-  odd.v = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xFFFF0000u)));
+  even = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  odd = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xFFFF0000u)));
 }
-inline void bf16_bcast(uint32_t pair, V& even, V& odd) {
-  even.v = _mm512_castsi512_ps(_mm512_set1_epi32((int)(pair << 16)));
-  odd.v = _mm512_castsi512_ps(_mm512_set1_epi32((int)(pair & 0xFFFF0000u)));
+inline void rbf16_bcast(uint32_t pair, R& even, R& odd) {
+  even = _mm512_castsi512_ps(_mm512_set1_epi32((int)(pair << 16)));
+  odd = _mm512_castsi512_ps(_mm512_set1_epi32((int)(pair & 0xFFFF0000u)));
 }
 inline void prefetch(const void* p) { _mm_prefetch((const char*)p, _MM_HINT_T0); }
 
@@ -150,18 +159,21 @@ inline V select(Mask m, V a, V b) {
   return {_mm256_blendv_ps(b.lo, a.lo, _mm256_castsi256_ps(ymask(m & 0xFF))),
           _mm256_blendv_ps(b.hi, a.hi, _mm256_castsi256_ps(ymask(m >> 8)))};
 }
-inline void bf16_pairs(const uint16_t* p, V& even, V& odd) {
-  const __m256i w0 = _mm256_loadu_si256((const __m256i*)p), w1 = _mm256_loadu_si256((const __m256i*)(p + 16));
-  const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
-  even.lo = _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16));
-  even.hi = _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16));
-  odd.lo = _mm256_castsi256_ps(_mm256_and_si256(w0, hi));
-  odd.hi = _mm256_castsi256_ps(_mm256_and_si256(w1, hi));
+using R = __m256;
+constexpr int kSub = 2, kRL = 8;
+inline R part(const V& a, int s) { return s == 0 ? a.lo : a.hi; }
+inline void set_part(V& a, int s, R r) { (s == 0 ? a.lo : a.hi) = r; }
+inline R rload(const float* p) { return _mm256_loadu_ps(p); }
+inline R rset1(float a) { return _mm256_set1_ps(a); }
+inline R rfma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
+inline void rbf16_pairs(const uint16_t* p, R& even, R& odd) {
+  const __m256i w = _mm256_loadu_si256((const __m256i*)p);
+  even = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  odd = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xFFFF0000u)));
 }
-inline void bf16_bcast(uint32_t pair, V& even, V& odd) {
-  even = set1(0.0f), odd = even;
-  even.lo = even.hi = _mm256_castsi256_ps(_mm256_set1_epi32((int)(pair << 16)));
-  odd.lo = odd.hi = _mm256_castsi256_ps(_mm256_set1_epi32((int)(pair & 0xFFFF0000u)));
+inline void rbf16_bcast(uint32_t pair, R& even, R& odd) {
+  even = _mm256_castsi256_ps(_mm256_set1_epi32((int)(pair << 16)));
+  odd = _mm256_castsi256_ps(_mm256_set1_epi32((int)(pair & 0xFFFF0000u)));
 }
 inline void prefetch(const void* p) { _mm_prefetch((const char*)p, _MM_HINT_T0); }
 
@@ -226,18 +238,21 @@ inline Mask cmp_lt(V a, V b) {
   return m;
 }
 inline V select(Mask m, V a, V b) { MSE_NEON_MAP(vbslq_f32(qmask(m >> (4 * i)), a.q[i], b.q[i])); }
-inline void bf16_pairs(const uint16_t* p, V& even, V& odd) {
-  for (int i = 0; i < 4; ++i) {
-    const uint32x4_t w = vld1q_u32((const uint32_t*)p + 4 * i);
-    even.q[i] = vreinterpretq_f32_u32(vshlq_n_u32(w, 16));
-    odd.q[i] = vreinterpretq_f32_u32(vandq_u32(w, vdupq_n_u32(0xFFFF0000u)));
-  }
+using R = float32x4_t;
+constexpr int kSub = 4, kRL = 4;
+inline R part(const V& a, int s) { return a.q[s]; }
+inline void set_part(V& a, int s, R r) { a.q[s] = r; }
+inline R rload(const float* p) { return vld1q_f32(p); }
+inline R rset1(float a) { return vdupq_n_f32(a); }
+inline R rfma(R a, R b, R c) { return vfmaq_f32(c, a, b); }
+inline void rbf16_pairs(const uint16_t* p, R& even, R& odd) {
+  const uint32x4_t w = vld1q_u32((const uint32_t*)p);
+  even = vreinterpretq_f32_u32(vshlq_n_u32(w, 16));
+  odd = vreinterpretq_f32_u32(vandq_u32(w, vdupq_n_u32(0xFFFF0000u)));
 }
-inline void bf16_bcast(uint32_t pair, V& even, V& odd) {
-  for (int i = 0; i < 4; ++i) {
-    even.q[i] = vreinterpretq_f32_u32(vdupq_n_u32(pair << 16));
-    odd.q[i] = vreinterpretq_f32_u32(vdupq_n_u32(pair & 0xFFFF0000u));
-  }
+inline void rbf16_bcast(uint32_t pair, R& even, R& odd) {
+  even = vreinterpretq_f32_u32(vdupq_n_u32(pair << 16));
+  odd = vreinterpretq_f32_u32(vdupq_n_u32(pair & 0xFFFF0000u));
 }
 inline void prefetch(const void* p) { __builtin_prefetch(p); }
 #undef MSE_NEON_MAP
@@ -294,15 +309,20 @@ inline float bits_to_float(uint32_t u) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-inline void bf16_pairs(const uint16_t* p, V& even, V& odd) {
-  for (int l = 0; l < 16; ++l) {
-    even.f[l] = bits_to_float((uint32_t)p[2 * l] << 16);
-    odd.f[l] = bits_to_float((uint32_t)p[2 * l + 1] << 16);
-  }
+using R = float;
+constexpr int kSub = 16, kRL = 1;
+inline R part(const V& a, int s) { return a.f[s]; }
+inline void set_part(V& a, int s, R r) { a.f[s] = r; }
+inline R rload(const float* p) { return *p; }
+inline R rset1(float a) { return a; }
+inline R rfma(R a, R b, R c) { return std::fma(a, b, c); }
+inline void rbf16_pairs(const uint16_t* p, R& even, R& odd) {
+  even = bits_to_float((uint32_t)p[0] << 16);
+  odd = bits_to_float((uint32_t)p[1] << 16);
 }
-inline void bf16_bcast(uint32_t pair, V& even, V& odd) {
-  even = set1(bits_to_float(pair << 16));
-  odd = set1(bits_to_float(pair & 0xFFFF0000u));
+inline void rbf16_bcast(uint32_t pair, R& even, R& odd) {
+  even = bits_to_float(pair << 16);
+  odd = bits_to_float(pair & 0xFFFF0000u);
 }
 inline void prefetch(const void* p) { __builtin_prefetch(p); }
 #undef MSE_GEN_MAP
