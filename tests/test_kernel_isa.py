@@ -54,6 +54,13 @@ def test_rows_of_a_call_equal_the_rows_computed_alone_on_every_path(native_selft
     assert lines and all(line.endswith(" ok") for line in lines), lines
 
 
+def test_quantized_kernels_equal_the_fp32_kernel_on_the_converters_values_on_every_path(native_selftest):
+    """Q4 (GGUF Q4_1; Q4_0 is its m = -8 d case) and Q8 (Q8_0) panels, dequantized in registers: bit-identical to
+    the fp32 kernel on weights dequantized the converter's way ((d * q) + m in float32), for 5..64 rows."""
+    lines = [line for line in native_selftest.splitlines() if line.startswith("exact_")]
+    assert len(lines) >= 5 * 2 and all(line.endswith(" ok") for line in lines), lines
+
+
 def test_an_unknown_or_unavailable_path_is_refused():
     from mindspore_eagle.errors import ConfigError
 

@@ -158,11 +158,82 @@ void block_bf16(const uint32_t* xq, int64_t ldx, const uint16_t* w, int64_t K2, 
     }
 }
 
+// Quantized panels (kQ4 / kQ8, kernels.h): per 32-row block, each panel's weights are rebuilt in registers with
+// the converter's own arithmetic, then used exactly as the fp32 kernel uses its weights:
+//     Q4:  w = fma(d, q, m)   (d * q is exact in fp32: an 11-bit fp16 significand times a 4-bit integer, so
+//                              the one rounding is numpy's rounding of (d * q) + m)
+//     Q8:  w = d * q          (exact: 11 bits times 8 bits)
+// so the result is bit-identical to the fp32 kernel on the dequantized weights, at a fraction of the bytes read.
+// [k0, k1) are whole blocks.
+template <int RM, int RN, bool Q8>
+void block_q(const float* x, int64_t ldx, const uint8_t* w, int64_t KB, int64_t k0, int64_t k1, float* y,
+             int64_t ldy, const float* bias, const float* res, bool first, int64_t valid) {
+  constexpr int64_t kBytes = Q8 ? kQ8Bytes : kQ4Bytes;
+  R acc[RM][RN][kSub];
+  Mask mask[RN];
+  for (int j = 0; j < RN; ++j) mask[j] = lane_mask(valid - j * kLanes);
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) {
+      const V a = load_partial(y + i * ldy + j * kLanes, first, mask[j]);
+      for (int s = 0; s < kSub; ++s) acc[i][j][s] = part(a, s);
+    }
+  const int64_t pstride = KB * kBytes;
+  for (int64_t kb = k0 / kQBlock; kb < k1 / kQBlock; ++kb) {
+    R d[RN][kSub], m[RN][kSub];
+    const uint8_t* blk[RN];
+    for (int j = 0; j < RN; ++j) {
+      blk[j] = w + j * pstride + kb * kBytes;
+      for (int64_t off = 0; off < kBytes; off += 64) prefetch(blk[j] + 2 * kBytes + off);
+      for (int s = 0; s < kSub; ++s) {
+        d[j][s] = rload(reinterpret_cast<const float*>(blk[j]) + s * kRL);
+        if (!Q8) m[j][s] = rload(reinterpret_cast<const float*>(blk[j] + 64) + s * kRL);
+      }
+    }
+    const float* xk = x + kb * kQBlock;
+    for (int kk = 0; kk < kQBlock; ++kk) {
+      R wv[RN][kSub];
+      for (int j = 0; j < RN; ++j) {
+        R q[kSub];
+        if (Q8) {
+          rq8(reinterpret_cast<const int8_t*>(blk[j] + 64 + kk * 16), q);
+          for (int s = 0; s < kSub; ++s) wv[j][s] = rmul(d[j][s], q[s]);
+        } else {
+          rq4(blk[j] + 128 + kk * 8, q);
+          for (int s = 0; s < kSub; ++s) wv[j][s] = rfma(d[j][s], q[s], m[j][s]);
+        }
+      }
+      for (int i = 0; i < RM; ++i) {
+        const R xb = rset1(xk[i * ldx + kk]);
+        for (int j = 0; j < RN; ++j)
+          for (int s = 0; s < kSub; ++s) acc[i][j][s] = rfma(xb, wv[j][s], acc[i][j][s]);
+      }
+    }
+  }
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) {
+      V a;
+      for (int s = 0; s < kSub; ++s) set_part(a, s, acc[i][j][s]);
+      store_partial(y + i * ldy + j * kLanes, bias ? bias + j * kLanes : nullptr,
+                    res ? res + i * ldy + j * kLanes : nullptr, mask[j], a);
+    }
+}
+
 using BlockF32 = void (*)(const float*, int64_t, const float*, int64_t, int64_t, int64_t, int64_t, float*, int64_t,
                           const float*, const float*, bool, int64_t);
 using BlockBf16 = void (*)(const uint32_t*, int64_t, const uint16_t*, int64_t, int64_t, int64_t, int64_t, float*,
                            int64_t, const float*, const float*, bool, int64_t);
 
+using BlockQ = void (*)(const float*, int64_t, const uint8_t*, int64_t, int64_t, int64_t, float*, int64_t,
+                        const float*, const float*, bool, int64_t);
+
+template <int RM, bool Q8, int... RNs>
+constexpr std::array<BlockQ, sizeof...(RNs)> row_q(std::integer_sequence<int, RNs...>) {
+  return {&block_q<RM, RNs + 1, Q8>...};
+}
+template <bool Q8, int... RMs>
+constexpr std::array<std::array<BlockQ, kMaxRN>, sizeof...(RMs)> table_q(std::integer_sequence<int, RMs...>) {
+  return {row_q<RMs + 1, Q8>(std::make_integer_sequence<int, kMaxRN>{})...};
+}
 template <int RM, int... RNs>
 constexpr std::array<BlockF32, sizeof...(RNs)> row_f32(std::integer_sequence<int, RNs...>) {
   return {&block_f32<RM, RNs + 1>...};
@@ -179,13 +250,15 @@ template <int... RMs>
 constexpr std::array<std::array<BlockBf16, kMaxRN>, sizeof...(RMs)> table_bf16(std::integer_sequence<int, RMs...>) {
   return {row_bf16<RMs + 1>(std::make_integer_sequence<int, kMaxRN>{})...};
 }
-const auto kF32 = table_f32(std::make_integer_sequence<int, kMaxRM>{});  // [RM - 1][RN - 1]
-const auto kBf16 = table_bf16(std::make_integer_sequence<int, kMaxRM>{});
+const auto kBlocksF32 = table_f32(std::make_integer_sequence<int, kMaxRM>{});  // [RM - 1][RN - 1]
+const auto kBlocksBf16 = table_bf16(std::make_integer_sequence<int, kMaxRM>{});
+const auto kBlocksQ4 = table_q<false>(std::make_integer_sequence<int, kMaxRM>{});
+const auto kBlocksQ8 = table_q<true>(std::make_integer_sequence<int, kMaxRM>{});
 
 // Computes chunk `item` of the job into y: for each K slab, every row block of the chunk's panels.
 void linear_chunk(const LinearJob& c, int64_t item) {
   const int64_t p0 = item * c.chunk, p1 = std::min(c.np, p0 + c.chunk);
-  const int64_t depth = c.bf16 ? c.K2 : c.K;  // reduction steps: pairs (bf16) or rows (fp32)
+  const int64_t depth = c.fmt == kBf16 ? c.K2 : c.K;  // reduction steps: pairs (bf16) or rows
   const int64_t slab = slab_for_rows(c.M, depth), pf = slab < depth ? slab : kPrefetchRows;
   for (int64_t k0 = 0; k0 < depth; k0 += slab) {
     const int64_t k1 = std::min(depth, k0 + slab);
@@ -200,11 +273,15 @@ void linear_chunk(const LinearJob& c, int64_t item) {
         float* y = c.y + m0 * c.N + n0;
         const float* bias = last && c.bias ? c.bias + n0 : nullptr;
         const float* res = last && c.res ? c.res + m0 * c.N + n0 : nullptr;
-        if (c.bf16) {
-          kBf16[rm - 1][rn - 1](c.xq + m0 * c.K2, c.K2, c.wb + p * c.K2 * 2 * kLanes, c.K2, k0, k1, pf, y, c.N, bias,
+        if (c.fmt == kBf16) {
+          kBlocksBf16[rm - 1][rn - 1](c.xq + m0 * c.K2, c.K2, c.wb + p * c.K2 * 2 * kLanes, c.K2, k0, k1, pf, y, c.N, bias,
                                 res, first, c.N - n0);
+        } else if (c.fmt == kQ4 || c.fmt == kQ8) {
+          const int64_t KB = c.K / kQBlock, bytes = c.fmt == kQ4 ? kQ4Bytes : kQ8Bytes;
+          (c.fmt == kQ4 ? kBlocksQ4 : kBlocksQ8)[rm - 1][rn - 1](c.x + m0 * c.K, c.K, c.wq + p * KB * bytes, KB, k0, k1, y, c.N,
+                                                     bias, res, first, c.N - n0);
         } else {
-          kF32[rm - 1][rn - 1](c.x + m0 * c.K, c.K, c.wf + p * c.K * kLanes, c.K, k0, k1, pf, y, c.N, bias, res,
+          kBlocksF32[rm - 1][rn - 1](c.x + m0 * c.K, c.K, c.wf + p * c.K * kLanes, c.K, k0, k1, pf, y, c.N, bias, res,
                                first, c.N - n0);
         }
       }

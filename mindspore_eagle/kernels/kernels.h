@@ -11,16 +11,44 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace mse {
 
 enum Prologue { kNone = 0, kNorm = 1, kGlu = 2 };
 
+// The packed weight formats of kernels/layout.py, per 16-column panel:
+//     kF32  [np, K, 16] fp32          kBf16  [np, K/2, 32] bf16 bits
+//     kQ4   [np, K/32, 384] bytes: per 32-row block d[16], m[16] fp32, then 32 rows of 8 bytes, byte j holding
+//           column j (low nibble) and j + 8 (high nibble); W[k, n] = fma(d[n], q[k, n], m[n]) (GGUF Q4_1; Q4_0
+//           is m = -8 d)
+//     kQ8   [np, K/32, 576] bytes: per block d[16] fp32, then 32 rows of 16 int8; W[k, n] = d[n] * q[k, n] (Q8_0)
+// The quantized formats reproduce the GGUF converter's fp32 value of every weight exactly (compute.cc).
+enum WeightFormat { kF32 = 0, kBf16 = 1, kQ4 = 2, kQ8 = 3 };
+constexpr int64_t kQBlock = 32, kQ4Bytes = 384, kQ8Bytes = 576;
+
+// The format of a packed weight tensor (rank 3) from its dtype and last dim, with its reduction length K (rows of
+// W; for bf16 2 * K2, the caller checks against its own K) and width N = 16 np; false when it is none of them.
+inline bool packed_dims(int nd, const int64_t* shape, const char* dtype, WeightFormat* fmt, int64_t* K, int64_t* N) {
+  if (nd != 3) return false;
+  *N = 16 * shape[0];
+  if (!std::strcmp(dtype, "float32") && shape[2] == 16) {
+    *fmt = kF32, *K = shape[1];
+  } else if (!std::strcmp(dtype, "int16") && shape[2] == 32) {
+    *fmt = kBf16, *K = 2 * shape[1];
+  } else if (!std::strcmp(dtype, "uint8") && (shape[2] == kQ4Bytes || shape[2] == kQ8Bytes)) {
+    *fmt = shape[2] == kQ4Bytes ? kQ4 : kQ8, *K = kQBlock * shape[1];
+  } else {
+    return false;
+  }
+  return true;
+}
+
 // y [M, N] = res + (a @ W + bias), a = x (kNone), RMSNorm(x; norm_w, eps) (kNorm), or silu(x[:, :K]) * x[:, K:]
-// with x [M, 2K] (kGlu). W: the packed panels of kernels/layout.py (fp32, or bf16 bits when bf16). bias, norm_w
-// and res may be null. Adds its wall time to MseKernelStats.
+// with x [M, 2K] (kGlu). W: packed panels in format fmt. bias, norm_w and res may be null. Adds its wall time
+// to MseKernelStats.
 struct LinearCall {
-  bool bf16;
+  WeightFormat fmt;
   Prologue prologue;
   int64_t M, K, N;
   const float* x;
@@ -57,10 +85,11 @@ struct LinearJob {
   const uint16_t* wb;    // bf16 panels
   const uint32_t* xq;    // bf16 activations, K2 pairs per row (bf16 kernels)
   int64_t K2;
+  const uint8_t* wq;     // quantized panels (kQ4, kQ8)
   const float* bias;     // [N] or null
   const float* res;      // residual [M, N] added to the result, or null
   float* y;              // [M, N]
-  bool bf16;
+  WeightFormat fmt;
 };
 
 // What one instruction-set path provides (compute.cc). Every path computes the same bits.

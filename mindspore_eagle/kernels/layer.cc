@@ -25,12 +25,13 @@ constexpr int64_t kLanes = 16;
 
 bool is(const char* dtype, const char* want) { return std::strcmp(dtype, want) == 0; }
 
-// A packed weight's (K, N) from its panel shape [np, K or K/2, 16 or 32], N = 16 np (whole panels only).
-bool panel_dims(int nd, const int64_t* shape, const char* dtype, bool bf16, int64_t* K, int64_t* N) {
-  if (nd != 3 || !is(dtype, bf16 ? "int16" : "float32") || shape[2] != (bf16 ? 2 : 1) * kLanes) return false;
-  *K = bf16 ? 2 * shape[1] : shape[1];
-  *N = kLanes * shape[0];
-  return true;
+// A packed weight's format and (K, N) (kernels.h's packed_dims; whole panels only). The entry point's dtype
+// (F32 / Bf16) names the dense format; a quantized weight (Q4 / Q8) may stand in for any of the four, each
+// weight keeping its own format.
+bool panel_dims(int nd, const int64_t* shape, const char* dtype, bool bf16, mse::WeightFormat* fmt, int64_t* K,
+                int64_t* N) {
+  if (!mse::packed_dims(nd, shape, dtype, fmt, K, N)) return false;
+  return *fmt == mse::kQ4 || *fmt == mse::kQ8 || *fmt == (bf16 ? mse::kBf16 : mse::kF32);
 }
 
 int decoder_layer(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, bool bf16,
@@ -47,10 +48,11 @@ int decoder_layer(int nparam, void** params, int* ndims, int64_t** shapes, const
   const int64_t B = shapes[x_i][0], T = shapes[x_i][1], E = shapes[x_i][2], M = B * T;
   const int64_t Hkv = shapes[k_i][1], S = shapes[k_i][2], D = shapes[k_i][3];
   int64_t Kqkv, Nqkv, Ko, No, Kgu, Ngu, Kd, Nd;
-  if (!panel_dims(ndims[wqkv_i], shapes[wqkv_i], dtypes[wqkv_i], bf16, &Kqkv, &Nqkv) ||
-      !panel_dims(ndims[wo_i], shapes[wo_i], dtypes[wo_i], bf16, &Ko, &No) ||
-      !panel_dims(ndims[wgu_i], shapes[wgu_i], dtypes[wgu_i], bf16, &Kgu, &Ngu) ||
-      !panel_dims(ndims[wd_i], shapes[wd_i], dtypes[wd_i], bf16, &Kd, &Nd))
+  mse::WeightFormat fqkv, fo, fgu, fd;
+  if (!panel_dims(ndims[wqkv_i], shapes[wqkv_i], dtypes[wqkv_i], bf16, &fqkv, &Kqkv, &Nqkv) ||
+      !panel_dims(ndims[wo_i], shapes[wo_i], dtypes[wo_i], bf16, &fo, &Ko, &No) ||
+      !panel_dims(ndims[wgu_i], shapes[wgu_i], dtypes[wgu_i], bf16, &fgu, &Kgu, &Ngu) ||
+      !panel_dims(ndims[wd_i], shapes[wd_i], dtypes[wd_i], bf16, &fd, &Kd, &Nd))
     return 5;
   if (D <= 0 || D % kLanes || Nqkv % D || Kqkv != E || No != E || Kgu != E || Nd != E || Ngu != 2 * Kd) return 4;
   const int64_t H = Nqkv / D - 2 * Hkv;
@@ -83,16 +85,16 @@ int decoder_layer(int nparam, void** params, int* ndims, int64_t** shapes, const
   attn.resize((size_t)(M * H * D));
   h.resize((size_t)(M * E));
   gu.resize((size_t)(M * Ngu));
-  mse::linear_forward({bf16, mse::kNorm, M, E, Nqkv, x, params[wqkv_i], f32(bqkv_i), f32(n1_i), eps, nullptr,
+  mse::linear_forward({fqkv, mse::kNorm, M, E, Nqkv, x, params[wqkv_i], f32(bqkv_i), f32(n1_i), eps, nullptr,
                        qkv.data()});
   if (int err = mse::attention_forward({B, T, H, Hkv, D, S, qkv.data(), f32(cos_i), f32(sin_i), f32(mask_i),
                                         static_cast<const int64_t*>(params[widx_i]), static_cast<float*>(params[k_i]),
                                         static_cast<float*>(params[v_i]), attn.data()}))
     return err;
-  mse::linear_forward({bf16, mse::kNone, M, H * D, E, attn.data(), params[wo_i], f32(bo_i), nullptr, 0.0f, x, h.data()});
-  mse::linear_forward({bf16, mse::kNorm, M, E, Ngu, h.data(), params[wgu_i], nullptr, f32(n2_i), eps, nullptr,
+  mse::linear_forward({fo, mse::kNone, M, H * D, E, attn.data(), params[wo_i], f32(bo_i), nullptr, 0.0f, x, h.data()});
+  mse::linear_forward({fgu, mse::kNorm, M, E, Ngu, h.data(), params[wgu_i], nullptr, f32(n2_i), eps, nullptr,
                        gu.data()});
-  mse::linear_forward({bf16, mse::kGlu, M, Kd, E, gu.data(), params[wd_i], nullptr, nullptr, 0.0f, h.data(),
+  mse::linear_forward({fd, mse::kGlu, M, Kd, E, gu.data(), params[wd_i], nullptr, nullptr, 0.0f, h.data(),
                        static_cast<float*>(params[y_i])});
   return 0;
 }

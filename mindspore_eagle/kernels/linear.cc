@@ -1,4 +1,5 @@
-// Batch-invariant small-M linear kernels: y[M, N] = x[M, K] @ W (+ bias), fp32 or bf16 weights, fp32 sums.
+// Batch-invariant small-M linear kernels: y[M, N] = x[M, K] @ W (+ bias); fp32, bf16 or GGUF-quantized (Q4_0,
+// Q4_1, Q8_0) weights, fp32 sums.
 //
 // Why this exists: MindSpore's CPU MatMul is bandwidth-efficient at one row but slow at 8-64 rows, which is
 // what tree verification, batched data generation and draft growth run. These kernels stream the weight once
@@ -200,14 +201,15 @@ void pack_activations(const float* x, int64_t M, int64_t K, uint32_t* xq, int64_
 // ---------------------------------------------------------------------------------------------------------
 // One entry point per variant: (dtype, prologue, bias, residual). Inputs in this order, then the output y:
 //     x f32 [..., Kx]                  Kx = K, or 2K for SwiGLU ([gate | up]); M = the product of the leading dims
-//     W panels                         fp32 [np, K, 16] or bf16 bits int16 [np, ceil(K/2), 32]
+//     W panels                         fp32 [np, K, 16], bf16 bits int16 [np, ceil(K/2), 32], or the quantized
+//                                      Q4 / Q8 blocks uint8 [np, K/32, 384 | 576] (kernels.h)
 //     bias f32 [N]                     if bias
 //     norm weight f32 [K], eps f32 [1] if RMSNorm
 //     residual f32 [..., N]            if residual: y = residual + (x W + bias); y f32 [..., N], x's leading dims
 // Returns 0, or a nonzero code naming the first inconsistent argument (1 count, 2 rank, 3 dtype, 4-8 shape).
 
 struct Variant {
-  bool bf16;
+  mse::WeightFormat fmt;
   Prologue prologue;
   bool bias, residual;
 };
@@ -231,7 +233,10 @@ int linear(int nparam, void** params, int* ndims, int64_t** shapes, const char**
   if (nparam != next + 1) return 1;
   const int yi = nparam - 1;
   if (ndims[0] < 2 || ndims[1] != 3 || ndims[yi] != ndims[0]) return 2;
-  if (!is_f32(dtypes[0]) || !is_f32(dtypes[yi]) || std::strcmp(dtypes[1], v.bf16 ? "int16" : "float32") != 0)
+  mse::WeightFormat fmt;
+  int64_t Kw, Nw;
+  if (!is_f32(dtypes[0]) || !is_f32(dtypes[yi]) || !mse::packed_dims(ndims[1], shapes[1], dtypes[1], &fmt, &Kw, &Nw) ||
+      fmt != v.fmt)
     return 3;
   int64_t M = 1;
   for (int a = 0; a + 1 < ndims[0]; ++a) M *= shapes[0][a];
@@ -240,14 +245,15 @@ int linear(int nparam, void** params, int* ndims, int64_t** shapes, const char**
   const int64_t K = v.prologue == kGlu ? Kx / 2 : Kx, K2 = (K + 1) / 2;
   const int64_t np = (N + kLanes - 1) / kLanes;
   if (!rows_like_x(yi, N, ndims, shapes)) return 4;
-  if (shapes[1][0] != np || shapes[1][1] != (v.bf16 ? K2 : K) || shapes[1][2] != (v.bf16 ? 2 : 1) * kLanes) return 5;
+  if (shapes[1][0] != np || Kw != (fmt == mse::kBf16 ? 2 * K2 : K) || ((fmt == mse::kQ4 || fmt == mse::kQ8) && K % 32))
+    return 5;
   if (bias_i >= 0 && (ndims[bias_i] != 1 || shapes[bias_i][0] != N || !is_f32(dtypes[bias_i]))) return 6;
   if (norm_i >= 0 && (ndims[norm_i] != 1 || shapes[norm_i][0] != K || !is_f32(dtypes[norm_i]) ||
                       ndims[eps_i] != 1 || shapes[eps_i][0] != 1 || !is_f32(dtypes[eps_i])))
     return 7;
   if (res_i >= 0 && (!rows_like_x(res_i, N, ndims, shapes) || !is_f32(dtypes[res_i]))) return 8;
 
-  mse::linear_forward({v.bf16, v.prologue, M, K, N, static_cast<const float*>(params[0]), params[1],
+  mse::linear_forward({v.fmt, v.prologue, M, K, N, static_cast<const float*>(params[0]), params[1],
                        bias_i >= 0 ? static_cast<const float*>(params[bias_i]) : nullptr,
                        norm_i >= 0 ? static_cast<const float*>(params[norm_i]) : nullptr,
                        eps_i >= 0 ? *static_cast<const float*>(params[eps_i]) : 0.0f,
@@ -290,12 +296,15 @@ void mse::linear_forward(const LinearCall& call) {
   c.res = call.res;
   c.y = call.y;
   thread_local std::vector<uint32_t> xq;
-  if (call.bf16) {
+  c.fmt = call.fmt;
+  c.x = a;
+  if (call.fmt == mse::kBf16) {
     xq.resize((size_t)(M * K2));
     pack_activations(a, M, K, xq.data(), K2);
     c.wb = static_cast<const uint16_t*>(call.w);
     c.xq = xq.data(), c.K2 = K2;
-    c.bf16 = true;
+  } else if (call.fmt == mse::kQ4 || call.fmt == mse::kQ8) {
+    c.wq = static_cast<const uint8_t*>(call.w);
   } else {
     c.x = a;
     c.wf = static_cast<const float*>(call.w);
@@ -318,14 +327,16 @@ int MseKernelThreads() { return Pool::get().threads(); }
 // Chunks computed by the pool's worker threads since it started.
 int64_t MseKernelWorkerChunks() { return Pool::get().worker_chunks.load(); }
 
-// MseLinear{F32,Bf16}[Norm|Glu][Bias][Res]: every variant of ``linear`` above.
-#define MSE_LINEAR_ENTRY(NAME, BF16, PRO, BIAS, RES)                                                        \
+// MseLinear{F32,Bf16,Q4,Q8}[Norm|Glu][Bias][Res]: every variant of ``linear`` above.
+#define MSE_LINEAR_ENTRY(NAME, FMT, PRO, BIAS, RES)                                                         \
   int NAME(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {    \
-    return linear(nparam, params, ndims, shapes, dtypes, Variant{BF16, PRO, BIAS, RES});                     \
+    return linear(nparam, params, ndims, shapes, dtypes, Variant{FMT, PRO, BIAS, RES});                      \
   }
-#define MSE_LINEAR_DTYPES(PRO_NAME, PRO, BIAS_NAME, BIAS, RES_NAME, RES)                    \
-  MSE_LINEAR_ENTRY(MseLinearF32##PRO_NAME##BIAS_NAME##RES_NAME, false, PRO, BIAS, RES)     \
-  MSE_LINEAR_ENTRY(MseLinearBf16##PRO_NAME##BIAS_NAME##RES_NAME, true, PRO, BIAS, RES)
+#define MSE_LINEAR_DTYPES(PRO_NAME, PRO, BIAS_NAME, BIAS, RES_NAME, RES)                       \
+  MSE_LINEAR_ENTRY(MseLinearF32##PRO_NAME##BIAS_NAME##RES_NAME, mse::kF32, PRO, BIAS, RES)    \
+  MSE_LINEAR_ENTRY(MseLinearBf16##PRO_NAME##BIAS_NAME##RES_NAME, mse::kBf16, PRO, BIAS, RES)  \
+  MSE_LINEAR_ENTRY(MseLinearQ4##PRO_NAME##BIAS_NAME##RES_NAME, mse::kQ4, PRO, BIAS, RES)      \
+  MSE_LINEAR_ENTRY(MseLinearQ8##PRO_NAME##BIAS_NAME##RES_NAME, mse::kQ8, PRO, BIAS, RES)
 #define MSE_LINEAR_RES(PRO_NAME, PRO, BIAS_NAME, BIAS)      \
   MSE_LINEAR_DTYPES(PRO_NAME, PRO, BIAS_NAME, BIAS, , false) \
   MSE_LINEAR_DTYPES(PRO_NAME, PRO, BIAS_NAME, BIAS, Res, true)

@@ -5,7 +5,8 @@
 //     <case> <path> <FNV-1a 64 hash of the output's bits>
 //
 // plus one line per path, "rows <path> ok|FAIL", for batch invariance: every row of a multi-row call must equal
-// the same row computed alone. Inputs come from a fixed integer generator whose floats are exact (k / 2^23),
+// the same row computed alone, and per quantized case "exact_<case> <path> ok|FAIL": the Q4 / Q8 kernel equals,
+// bit for bit, the fp32 kernel on the weights dequantized as the GGUF converter does ((d * q) + m in float32). Inputs come from a fixed integer generator whose floats are exact (k / 2^23),
 // so the same cases run on every CPU and architecture: tests/test_kernel_isa.py compares the paths of this
 // machine, and `make test-arm` compares this machine's lines with the AArch64 build's, run under qemu.
 // Built by kernels/build.py's compile_commands with this file as an extra source; needs no MindSpore.
@@ -77,37 +78,86 @@ std::vector<uint16_t> pack_bf16(const std::vector<float>& w, int64_t K, int64_t 
   return p;
 }
 
+// A quantized weight as GGUF holds it (d, m per 32-row block and column; 4- or 8-bit q), its value as the
+// converter computes it (numpy: (d * q) + m, two float32 operations), and its kQ4 / kQ8 panels (kernels.h).
+struct QWeight {
+  std::vector<float> dense;   // [K, N]
+  std::vector<uint8_t> panels;
+};
+
+float fp16_value(Rng& r) {  // an fp16-representable scale: integer in [1, 2047] times 2^-16, random sign
+  const int64_t u = (int64_t)(r.next() >> 40);
+  return (float)(1 + u % 2047) * (1.0f / 65536.0f) * ((u >> 12) & 1 ? -1.0f : 1.0f);
+}
+
+QWeight make_q(mse::WeightFormat fmt, int64_t K, int64_t N, uint64_t seed) {
+  Rng r{seed * 0x9E3779B97F4A7C15ull + 7};
+  const int64_t KB = K / 32, np = (N + 15) / 16, bytes = fmt == mse::kQ4 ? mse::kQ4Bytes : mse::kQ8Bytes;
+  QWeight w{std::vector<float>((size_t)(K * N)), std::vector<uint8_t>((size_t)(np * KB * bytes), 0)};
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t kb = 0; kb < KB; ++kb) {
+      const float d = fp16_value(r), m = fmt == mse::kQ4 ? fp16_value(r) : 0.0f;
+      uint8_t* blk = w.panels.data() + ((n / 16) * KB + kb) * bytes;
+      std::memcpy(blk + 4 * (n % 16), &d, 4);
+      if (fmt == mse::kQ4) std::memcpy(blk + 64 + 4 * (n % 16), &m, 4);
+      for (int64_t kk = 0; kk < 32; ++kk) {
+        const int64_t k = kb * 32 + kk, j = n % 16;
+        if (fmt == mse::kQ4) {
+          const int q = (int)(r.next() >> 60);  // 0..15
+          const float prod = d * (float)q;
+          w.dense[(size_t)(k * N + n)] = prod + m;
+          blk[128 + kk * 8 + j % 8] |= (uint8_t)(j < 8 ? q : q << 4);
+        } else {
+          const int q = (int)(int8_t)(r.next() >> 56);
+          w.dense[(size_t)(k * N + n)] = (float)q * d;
+          blk[64 + kk * 16 + j] = (uint8_t)(int8_t)q;
+        }
+      }
+    }
+  return w;
+}
+
 struct LinearCase {
   const char* name;
-  bool bf16;
+  mse::WeightFormat fmt;
   mse::Prologue pro;
   bool bias, res;
   int64_t M, K, N;
 };
 
 const LinearCase kLinear[] = {
-    {"lin_f32_plain", false, mse::kNone, false, false, 9, 77, 50},
-    {"lin_f32_bias_res", false, mse::kNone, true, true, 16, 576, 192},
-    {"lin_f32_norm", false, mse::kNorm, false, false, 5, 576, 96},
-    {"lin_f32_glu_res", false, mse::kGlu, false, true, 7, 96, 64},
-    {"lin_f32_wide", false, mse::kNone, false, false, 64, 64, 300},
-    {"lin_bf16_plain", true, mse::kNone, false, false, 9, 77, 50},
-    {"lin_bf16_norm_bias", true, mse::kNorm, true, false, 16, 576, 192},
-    {"lin_bf16_glu_res", true, mse::kGlu, false, true, 3, 96, 64},
+    {"lin_f32_plain", mse::kF32, mse::kNone, false, false, 9, 77, 50},
+    {"lin_f32_bias_res", mse::kF32, mse::kNone, true, true, 16, 576, 192},
+    {"lin_f32_norm", mse::kF32, mse::kNorm, false, false, 5, 576, 96},
+    {"lin_f32_glu_res", mse::kF32, mse::kGlu, false, true, 7, 96, 64},
+    {"lin_f32_wide", mse::kF32, mse::kNone, false, false, 64, 64, 300},
+    {"lin_bf16_plain", mse::kBf16, mse::kNone, false, false, 9, 77, 50},
+    {"lin_bf16_norm_bias", mse::kBf16, mse::kNorm, true, false, 16, 576, 192},
+    {"lin_bf16_glu_res", mse::kBf16, mse::kGlu, false, true, 3, 96, 64},
+    {"lin_q4_norm_bias", mse::kQ4, mse::kNorm, true, false, 16, 576, 200},
+    {"lin_q4_glu_res", mse::kQ4, mse::kGlu, false, true, 5, 96, 64},
+    {"lin_q4_wide", mse::kQ4, mse::kNone, false, false, 64, 64, 48},
+    {"lin_q8_plain", mse::kQ8, mse::kNone, false, false, 9, 64, 50},
+    {"lin_q8_norm", mse::kQ8, mse::kNorm, false, true, 16, 576, 96},
 };
 
-std::vector<float> run_linear(const LinearCase& c, int64_t row0, int64_t rows) {
+// `dense`: a quantized case computed by the fp32 kernel on the converter's values of its weights instead.
+std::vector<float> run_linear(const LinearCase& c, int64_t row0, int64_t rows, bool dense = false) {
   const int64_t Kx = c.pro == mse::kGlu ? 2 * c.K : c.K;
   const auto x = randn((size_t)(c.M * Kx), 1, 2.0f);
-  const auto w = randn((size_t)(c.K * c.N), 2, 0.25f);
+  const bool quant = c.fmt == mse::kQ4 || c.fmt == mse::kQ8;
+  const QWeight qw = quant ? make_q(c.fmt, c.K, c.N, 2) : QWeight{};
+  const auto w = quant ? qw.dense : randn((size_t)(c.K * c.N), 2, 0.25f);
   const auto bias = randn((size_t)c.N, 3, 1.0f);
   const auto norm = randn((size_t)c.K, 4, 1.0f);
   const auto res = randn((size_t)(c.M * c.N), 5, 1.0f);
   const auto pf = pack_f32(w, c.K, c.N);
   const auto pb = pack_bf16(w, c.K, c.N);
   std::vector<float> y((size_t)(rows * c.N), -1.0f);
-  mse::linear_forward({c.bf16, c.pro, rows, c.K, c.N, x.data() + row0 * Kx,
-                       c.bf16 ? (const void*)pb.data() : (const void*)pf.data(), c.bias ? bias.data() : nullptr,
+  const mse::WeightFormat fmt = dense ? mse::kF32 : c.fmt;
+  const void* packed = fmt == mse::kBf16 ? (const void*)pb.data() : quant && !dense ? (const void*)qw.panels.data()
+                                                                                    : (const void*)pf.data();
+  mse::linear_forward({fmt, c.pro, rows, c.K, c.N, x.data() + row0 * Kx, packed, c.bias ? bias.data() : nullptr,
                        c.pro == mse::kNorm ? norm.data() : nullptr, 1e-5f, c.res ? res.data() + row0 * c.N : nullptr,
                        y.data()});
   return y;
@@ -171,6 +221,12 @@ int main(int argc, char** argv) {
       for (int64_t i = 0; i < c.M; ++i) {  // each row alone, and the last rows as a smaller call
         const auto one = run_linear(c, i, 1);
         rows_ok &= same_bits(one.data(), y.data() + i * c.N, (size_t)c.N);
+      }
+      if (c.fmt == mse::kQ4 || c.fmt == mse::kQ8) {  // the converter's values through the fp32 kernel
+        const auto dense = run_linear(c, 0, c.M, true);
+        const bool exact = same_bits(dense.data(), y.data(), y.size());
+        std::printf("exact_%s %s %s\n", c.name, path.c_str(), exact ? "ok" : "FAIL");
+        failures += exact ? 0 : 1;
       }
       const int64_t tail = c.M / 2;
       const auto part = run_linear(c, c.M - tail, tail);

@@ -100,6 +100,16 @@ inline void rbf16_bcast(uint32_t pair, R& even, R& odd) {
   even = _mm512_castsi512_ps(_mm512_set1_epi32((int)(pair << 16)));
   odd = _mm512_castsi512_ps(_mm512_set1_epi32((int)(pair & 0xFFFF0000u)));
 }
+inline R rmul(R a, R b) { return _mm512_mul_ps(a, b); }
+// The 16 4-bit values of 8 bytes (lane j < 8: low nibble of byte j, lane j >= 8: high nibble of byte j - 8).
+inline void rq4(const uint8_t* p, R q[kSub]) {
+  const __m128i b = _mm_loadl_epi64((const __m128i*)p);
+  const __m128i c = _mm_unpacklo_epi64(b, _mm_srli_epi16(b, 4));
+  q[0] = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_cvtepu8_epi32(c), _mm512_set1_epi32(15)));
+}
+inline void rq8(const int8_t* p, R q[kSub]) {  // 16 int8 values
+  q[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)));
+}
 inline void prefetch(const void* p) { _mm_prefetch((const char*)p, _MM_HINT_T0); }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -174,6 +184,16 @@ inline void rbf16_pairs(const uint16_t* p, R& even, R& odd) {
 inline void rbf16_bcast(uint32_t pair, R& even, R& odd) {
   even = _mm256_castsi256_ps(_mm256_set1_epi32((int)(pair << 16)));
   odd = _mm256_castsi256_ps(_mm256_set1_epi32((int)(pair & 0xFFFF0000u)));
+}
+inline R rmul(R a, R b) { return _mm256_mul_ps(a, b); }
+inline void rq4(const uint8_t* p, R q[kSub]) {
+  const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)p));
+  q[0] = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(15)));
+  q[1] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+}
+inline void rq8(const int8_t* p, R q[kSub]) {
+  q[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)));
+  q[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(p + 8))));
 }
 inline void prefetch(const void* p) { _mm_prefetch((const char*)p, _MM_HINT_T0); }
 
@@ -254,6 +274,23 @@ inline void rbf16_bcast(uint32_t pair, R& even, R& odd) {
   even = vreinterpretq_f32_u32(vdupq_n_u32(pair << 16));
   odd = vreinterpretq_f32_u32(vdupq_n_u32(pair & 0xFFFF0000u));
 }
+inline R rmul(R a, R b) { return vmulq_f32(a, b); }
+inline void rq4(const uint8_t* p, R q[kSub]) {
+  const uint8x8_t b = vld1_u8(p);
+  const uint16x8_t lo = vmovl_u8(vand_u8(b, vdup_n_u8(15))), hi = vmovl_u8(vshr_n_u8(b, 4));
+  q[0] = vcvtq_f32_u32(vmovl_u16(vget_low_u16(lo)));
+  q[1] = vcvtq_f32_u32(vmovl_u16(vget_high_u16(lo)));
+  q[2] = vcvtq_f32_u32(vmovl_u16(vget_low_u16(hi)));
+  q[3] = vcvtq_f32_u32(vmovl_u16(vget_high_u16(hi)));
+}
+inline void rq8(const int8_t* p, R q[kSub]) {
+  const int8x16_t b = vld1q_s8(p);
+  const int16x8_t lo = vmovl_s8(vget_low_s8(b)), hi = vmovl_s8(vget_high_s8(b));
+  q[0] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo)));
+  q[1] = vcvtq_f32_s32(vmovl_s16(vget_high_s16(lo)));
+  q[2] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi)));
+  q[3] = vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi)));
+}
 inline void prefetch(const void* p) { __builtin_prefetch(p); }
 #undef MSE_NEON_MAP
 
@@ -323,6 +360,13 @@ inline void rbf16_pairs(const uint16_t* p, R& even, R& odd) {
 inline void rbf16_bcast(uint32_t pair, R& even, R& odd) {
   even = bits_to_float(pair << 16);
   odd = bits_to_float(pair & 0xFFFF0000u);
+}
+inline R rmul(R a, R b) { return a * b; }
+inline void rq4(const uint8_t* p, R q[kSub]) {
+  for (int l = 0; l < 8; ++l) q[l] = (float)(p[l] & 15), q[l + 8] = (float)(p[l] >> 4);
+}
+inline void rq8(const int8_t* p, R q[kSub]) {
+  for (int l = 0; l < 16; ++l) q[l] = (float)p[l];
 }
 inline void prefetch(const void* p) { __builtin_prefetch(p); }
 #undef MSE_GEN_MAP
