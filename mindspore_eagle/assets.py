@@ -23,7 +23,7 @@ import zipfile
 
 from .atomic import recover, temp_path
 from .checkpoint import CKPT_NAME, check_safetensors_file
-from .errors import AssetError
+from .errors import AssetError, CheckpointError
 from .paths import home
 
 DEFAULT_MODEL_NAME = "smollm2-135m-instruct"
@@ -111,9 +111,18 @@ def model_dir_problem(model_dir: str) -> str | None:
 def install_default_model(allow_download: bool = True) -> str:
     """Fetch (if needed), verify and convert the default teacher; return its model directory. A directory that
     fails ``model_dir_problem`` (truncated weights, broken config ...) is converted again."""
+    from .convert.teacher import QUANTIZED_NAME
+
     out = default_model_dir()
     recover(out)
     problem = model_dir_problem(out) if os.path.isdir(out) else "not installed"
+    if problem is None and not os.path.isfile(os.path.join(out, QUANTIZED_NAME)):
+        problem = f"converted by an earlier version, without the GGUF's quantized blocks ({QUANTIZED_NAME})"
+    elif problem is None:
+        try:
+            check_safetensors_file(os.path.join(out, QUANTIZED_NAME))
+        except CheckpointError as exc:
+            problem = f"{QUANTIZED_NAME}: {exc}"
     if problem is None:
         return out
     if os.path.isdir(out):

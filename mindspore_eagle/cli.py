@@ -44,6 +44,10 @@ def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
                    help="Linear compute dtype of teacher and draft (bfloat16: bf16 weights/activations, fp32 sums)")
     p.add_argument("--matmul", choices=["auto", "custom", "mindspore"], default="auto",
                    help="Linear implementation: auto = the custom batch-invariant kernel where it runs (default)")
+    p.add_argument("--weights", choices=["auto", "dense", "native"], default="auto",
+                   help="native = the checkpoint's own quantized blocks (GGUF Q4_0/Q4_1/Q8_0), computed exactly (the "
+                        "same tokens as dense, fewer bytes read); dense = the dequantized fp32 weights; auto = native "
+                        "where the model has them (default)")
 
 
 def _add_spec_flags(p: argparse.ArgumentParser) -> None:
@@ -82,7 +86,8 @@ def _runtime(args: argparse.Namespace):
     if args.context_buckets:
         kw["context_buckets"] = parse_sizes(args.context_buckets, "--context-buckets")
     return RuntimeConfig(max_cache_len=args.max_cache_len, exec_mode=args.exec_mode, device=args.device,
-                         dtype=args.dtype, matmul=args.matmul, greedy_output=args.greedy_output, **kw)
+                         dtype=args.dtype, matmul=args.matmul, greedy_output=args.greedy_output,
+                         weights=args.weights, **kw)
 
 
 def _budget(args: argparse.Namespace):
@@ -92,9 +97,9 @@ def _budget(args: argparse.Namespace):
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    """Refuse, before anything loads or compiles, what would otherwise fail late: a token limit below 1, an output
-    file in a directory that does not exist, and arguments that are not valid UTF-8 (the shell passed bytes that
-    Python could only decode with surrogate escapes)."""
+    """Refuse, before anything loads or compiles, what would otherwise fail late: a token limit below 1, an empty
+    raw prompt, an output file in a directory that does not exist, and arguments that are not valid UTF-8 (the shell
+    passed bytes that Python could only decode with surrogate escapes)."""
     from .errors import ConfigError
 
     for name, value in vars(args).items():
@@ -108,6 +113,9 @@ def _check_args(args: argparse.Namespace) -> None:
     n = getattr(args, "max_new_tokens", None)
     if n is not None and n < 1:
         raise ConfigError(f"--max-new-tokens {n}: must be >= 1")
+    if getattr(args, "raw", False) and args.prompt == "":
+        raise ConfigError("--prompt '' with --raw: an empty prompt has no token to continue; give some text (or "
+                          "drop --raw: the chat template makes a prompt even of an empty message)")
     for flag in ("trace", "json"):
         path = getattr(args, flag, None)
         if path:

@@ -509,9 +509,15 @@ class RuntimeConfig:
 
     ``dtype`` is the compute dtype of every Linear of the teacher and the draft head: "float32" (the parity path
     against transformers) or "bfloat16" (bf16 weights and activations, fp32 sums: the Ascend-like regime; needs the
-    custom AVX512-BF16 kernel). ``matmul`` picks the Linear implementation: "auto" (the custom batch-invariant
-    kernel of ``mindspore_eagle.kernels`` where this machine runs it, else MindSpore's MatMul, with a message),
-    "custom" (the kernel or an error) or "mindspore". Speculative output equals greedy output *in the same dtype*.
+    custom kernel). ``matmul`` picks the Linear implementation: "auto" (the custom batch-invariant kernel of
+    ``mindspore_eagle.kernels`` where this machine runs it, else MindSpore's MatMul, with a message), "custom"
+    (the kernel or an error) or "mindspore". Speculative output equals greedy output *in the same dtype*.
+
+    ``weights`` says which copy of a quantized checkpoint's weights the teacher's kernels read: "native" (the
+    GGUF's own Q4_0 / Q4_1 / Q8_0 blocks, rebuilt in registers with the converter's arithmetic: the same fp32
+    teacher bit for bit, reading ~6x fewer bytes; needs the custom kernels in float32 and a model converted with
+    its blocks), "dense" (the dequantized fp32 weights), or "auto": native where the model has blocks and the
+    run is custom float32, else dense.
 
     ``context_buckets`` are the mask widths (cache rows attended) a forward may have on the primitive attention
     path (``models.layers.CachedAttention``): a forward attends over the smallest one holding the committed rows
@@ -538,6 +544,7 @@ class RuntimeConfig:
     matmul: str = "auto"
     context_buckets: tuple[int, ...] | None = None
     greedy_output: str = "auto"
+    weights: str = "auto"
 
     def __post_init__(self) -> None:
         _require_positive(self, "max_cache_len", "batch_size", "prefill_chunk")
@@ -569,6 +576,12 @@ class RuntimeConfig:
             raise ConfigError(f"RuntimeConfig.dtype={self.dtype!r}: expected 'float32' or 'bfloat16'")
         if self.matmul not in ("auto", "custom", "mindspore"):
             raise ConfigError(f"RuntimeConfig.matmul={self.matmul!r}: expected 'auto', 'custom' or 'mindspore'")
+        if self.weights not in ("auto", "dense", "native"):
+            raise ConfigError(f"RuntimeConfig.weights={self.weights!r}: expected 'auto', 'dense' or 'native'")
+        if self.weights == "native" and (self.dtype != "float32" or self.matmul == "mindspore"):
+            raise ConfigError(f"RuntimeConfig(weights='native', dtype={self.dtype!r}, matmul={self.matmul!r}): the "
+                              "quantized blocks are computed by the custom float32 kernels; use dtype='float32' with "
+                              "matmul 'auto' or 'custom', or weights='dense'")
         if self.dtype == "bfloat16" and self.matmul == "mindspore":
             raise ConfigError("RuntimeConfig(dtype='bfloat16', matmul='mindspore'): MindSpore's CPU MatMul has no "
                               "bf16 kernel; use matmul='auto' or 'custom'")

@@ -37,3 +37,8 @@ class AssetError(EagleError):
 
 class DataError(EagleError):
     """A training-data directory or shard is unreadable, damaged, or inconsistent with its manifest."""
+
+
+class IdentityError(EagleError):
+    """A training run or data directory belongs to another teacher, data set or recipe than the command that would
+    add to it, or records no identity at all (names the differing keys and what to do)."""

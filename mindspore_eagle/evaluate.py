@@ -40,7 +40,7 @@ from typing import Callable, Sequence
 
 from .atomic import write_text
 from .errors import CacheCapacityError, ConfigError
-from .evalset import EvalItem, spread_sample
+from .evalset import EvalItem, check_unique_ids, spread_sample
 from .harness import compare, warm_up
 from .sharding import shard as shard_items
 from .trace import MERGED_NAME, SHARD_GLOB, SkippedTurn, TraceFile, TurnSummary, read_trace
@@ -113,9 +113,7 @@ def shard(items: Sequence[EvalItem], rank: int, world: int, chosen: set[str] | N
     ids), over the conversations that have a chosen turn only. A spread sample takes every k-th conversation: with k
     a multiple of ``world``, sharding the whole set would give every one of them to the same worker."""
     ordered = sorted(items, key=lambda i: i.id)
-    ids = [i.id for i in ordered]
-    if len(set(ids)) != len(ids):
-        raise ConfigError("evaluation set has duplicate conversation ids")
+    check_unique_ids(ordered, "evaluation set")
     if chosen is not None:
         ordered = [i for i in ordered if any(t in chosen for t in i.turn_ids)]
     return shard_items(ordered, rank, world)
@@ -265,10 +263,10 @@ def run_shard(stack, items: Sequence[EvalItem], config: RunConfig, out_dir: str,
     written: list[TurnSummary] = []
     if not todo:
         return written
-    with open(path, "a", encoding="utf-8") as f:
-        eos = stack.eos
-        warm_up(stack.engine, stack.proposer_for, build_prompt(mine[0], 0, [], stack.tokenizer, eos),
-                config.max_new_tokens, eos)
+    eos = stack.eos
+    warm_up(stack.engine, stack.proposer_for, build_prompt(mine[0], 0, [], stack.tokenizer, eos),
+            config.max_new_tokens, eos)
+    with open(path, "a", encoding="utf-8") as f:  # opened once warm-up succeeded: a failed one leaves no file
         for item in mine:
             answers: list[Sequence[int]] = []
             for k, tid in enumerate(item.turn_ids):

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .engine import Generation, Proposer, SpeculativeEngine
+from .errors import ConfigError
 from .verify import SamplingParams
 
 ProposerFactory = Callable[[Generation], Proposer]
@@ -72,9 +73,13 @@ def accepted_sources(proposer: Proposer, spec: Generation) -> dict | None:
 def warm_up(engine: SpeculativeEngine, proposer_for: ProposerFactory | None, example: Sequence[int],
             max_new_tokens: int, eos: Sequence[int] = ()) -> None:
     """Compile every shape a timed request can meet (see the module docstring). ``example`` is any prompt: it is
-    repeated or cut to each bucket length. ``proposer_for`` None: greedy only."""
-    rt, max_len = engine.runtime, engine.teacher.max_len
+    repeated or cut to each bucket length, so it needs at least one token (ConfigError, before anything compiles).
+    ``proposer_for`` None: greedy only."""
     example = list(example)
+    if not example:
+        raise ConfigError("empty prompt: the warm-up repeats the prompt to each bucket length and needs at least one "
+                          "token; give a prompt that encodes to one or more tokens")
+    rt, max_len = engine.runtime, engine.teacher.max_len
     proposer = None
     for b in rt.buckets.sizes:
         if b > rt.prefill_chunk or b + 16 >= max_len:

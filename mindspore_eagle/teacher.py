@@ -83,6 +83,31 @@ class ForwardOut:
     argmax: np.ndarray | None = None  # int32 [B, num_real], numpy's tie rule; None for output="logits"
 
 
+def native_blocks(model_dir: str, weights: str, matmul: MatmulChoice) -> dict:
+    """The quantized blocks the teacher's kernels read (``RuntimeConfig.weights``), name -> (GGML type, raw rows),
+    or {} for the dense weights. "native" without blocks, or on a path that cannot compute them, is a ConfigError
+    naming what to do; "auto" takes them where both hold."""
+    from safetensors import safe_open
+
+    from .convert.teacher import QUANTIZED_NAME
+
+    path = os.path.join(model_dir, QUANTIZED_NAME)
+    usable = matmul.custom and matmul.dtype == "float32"
+    if weights == "dense" or (weights == "auto" and not (usable and os.path.isfile(path))):
+        return {}
+    if not usable:
+        raise ConfigError(f"--weights native: the quantized blocks are computed by the custom float32 kernels, this "
+                          f"run uses {matmul}; use --dtype float32 --matmul custom, or --weights dense")
+    if not os.path.isfile(path):
+        raise ConfigError(f"--weights native: {model_dir} holds no quantized blocks ({QUANTIZED_NAME}): it was "
+                          "converted from a dense checkpoint, from a GGUF whose formats are not computed exactly "
+                          "(native: Q4_0, Q4_1, Q8_0), or by an earlier version (convert it again; `mindspore-eagle "
+                          "setup` does so for the default model); or use --weights dense")
+    with safe_open(path, "np") as f:
+        kinds = f.metadata() or {}
+        return {name: (kinds.get(name, ""), f.get_tensor(name)) for name in f.keys()}
+
+
 class Teacher:
     """A teacher Cell bound to a runtime: ``forward(ForwardInputs)`` runs one static-shape forward.
 
@@ -108,6 +133,7 @@ class Teacher:
         self.mask_widths = (runtime.max_cache_len,) if self.cell.fused_attention else runtime.context_sizes
         self.first_call_s: dict[tuple[str, int, int], float] = {}  # (output, tokens, width) -> seconds
         self.greedy_output = runtime.greedy_kind  # what greedy requests ask for (RuntimeConfig.greedy_output)
+        self.weights = "dense"  # which weights the kernels read: "native" (quantized blocks) or "dense" (load sets it)
 
     @classmethod
     def load(cls, model_dir: str, runtime: RuntimeConfig | None = None,
@@ -117,9 +143,12 @@ class Teacher:
         batch-invariant kernel where it runs); custom kernels are packed once the weights are read."""
         runtime = runtime or RuntimeConfig()
         cfg = TeacherConfig.load(model_dir)
-        teacher = cls(cfg, runtime, attention, select_matmul(matmul) if matmul is not None else matmul_for(runtime))
+        matmul = select_matmul(matmul) if matmul is not None else matmul_for(runtime)
+        native = native_blocks(model_dir, runtime.weights, matmul)  # refused here, before anything is built
+        teacher = cls(cfg, runtime, attention, matmul)
         load_strict(teacher.cell.weight_parameters(), os.path.join(model_dir, CKPT_NAME))
-        pack_weights(teacher.cell)
+        pack_weights(teacher.cell, native)
+        teacher.weights = "native" if native else "dense"
         return teacher
 
     @property

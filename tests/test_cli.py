@@ -68,6 +68,21 @@ def test_prompt_files_that_are_missing_or_not_utf8_are_refused_before_loading(tm
         assert needle in err and NOWHERE not in err
 
 
+def test_an_empty_prompt_is_a_typed_error_before_loading(tmp_path, capsys):
+    """``generate --raw --prompt ""`` and an eval set whose first turn has no ids crashed the warm-up with a
+    ZeroDivisionError (and eval left an empty shard file); both are refused before the model is read."""
+    assert cli.main(["generate", "--raw", "--prompt", "", "--model", NOWHERE]) == 2
+    err = capsys.readouterr().err
+    assert "ConfigError" in err and "empty prompt" in err and NOWHERE not in err
+    eval_set = tmp_path / "set.jsonl"
+    eval_set.write_text('{"id": "a", "turns_ids": [[]]}\n')
+    out = tmp_path / "out"
+    assert cli.main(["eval", "--eval-set", str(eval_set), "--out", str(out), "--model", NOWHERE]) == 2
+    err = capsys.readouterr().err
+    assert "ConfigError" in err and "turns_ids[0] is empty" in err and NOWHERE not in err
+    assert not out.exists()
+
+
 def test_an_argument_that_is_not_utf8_is_named():
     code, err = run_cli("generate", "--model", NOWHERE, "--prompt", b"caf\xe9".decode("utf-8", "surrogateescape"))
     assert code == 2 and "--prompt: not valid UTF-8 (byte 0xe9 at character 3)" in err

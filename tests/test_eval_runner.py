@@ -219,9 +219,20 @@ def test_a_session_that_fails_before_its_first_turn_leaves_nothing(tiny, tmp_pat
     bad = dataclasses.replace(stack, proposer_for=broken)
     with pytest.raises(ConfigError, match="cannot be built"):
         run_shard(bad, ITEMS, config(bad, max_new_tokens=4), str(tmp_path), log=lambda s: None, limit=1)
-    assert not os.path.exists(shard_path(str(tmp_path), 0)) or os.path.getsize(shard_path(str(tmp_path), 0)) == 0
+    assert not os.path.exists(shard_path(str(tmp_path), 0))
     run_shard(stack, ITEMS, config(stack), str(tmp_path), log=lambda s: None, limit=1)  # another config: accepted
     assert len(finished_turns(str(tmp_path))) == 1
+
+
+def test_an_empty_prompt_is_refused_before_the_warm_up_compiles_anything(tiny):
+    """The warm-up repeats its example prompt to each bucket length: an empty one was a ZeroDivisionError."""
+    from mindspore_eagle.harness import warm_up
+
+    stack = tiny[0]
+    compiled = dict(stack.teacher.first_call_s)
+    with pytest.raises(ConfigError, match="empty prompt"):
+        warm_up(stack.engine, stack.proposer_for, [], MAX_NEW, EOS)
+    assert stack.teacher.first_call_s == compiled
 
 
 def test_a_turn_longer_than_the_cache_is_skipped_and_the_rest_runs(tiny, tmp_path, capsys):

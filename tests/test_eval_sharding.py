@@ -177,6 +177,23 @@ def test_custom_sets_load_sorted_and_name_the_bad_line(tmp_path):
         load_custom(str(p))
 
 
+def test_turn_ids_that_collide_across_conversations_are_refused_naming_both(tmp_path):
+    """Conversation ``a`` (two turns: ``a-t1``, ``a-t2``) and conversation ``a-t1`` both have a turn ``a-t1``: one of
+    them vanished from the merge and the report, and a resume counted it as finished. Refused when the set is
+    loaded (and by the runner's sharding, for sets built in code); the shipped set's ids stay as they are."""
+    from mindspore_eagle.evaluate import shard
+
+    p = tmp_path / "set.jsonl"
+    p.write_text('{"id": "a", "turns_ids": [[1], [2]]}\n{"id": "a-t1", "turns_ids": [[3]]}\n')
+    with pytest.raises(ConfigError, match="conversations 'a' and 'a-t1' both have a turn with id 'a-t1'"):
+        load_custom(str(p))
+    items = [EvalItem("a-t2", "c", turns_ids=((3,),)), EvalItem("a", "c", turns_ids=((1,), (2,)))]
+    with pytest.raises(ConfigError, match="'a' and 'a-t2' both have a turn with id 'a-t2'"):
+        shard(items, 0, 1)
+    p.write_text('{"id": "a", "turns_ids": [[1], [2]]}\n{"id": "a-t", "turns_ids": [[3]]}\n')
+    assert [t for i in load_custom(str(p)) for t in i.turn_ids] == ["a-t1", "a-t2", "a-t"]
+
+
 def test_bench_can_draw_its_prompts_from_both_halves_of_the_evaluation_set():
     from mindspore_eagle.bench import load_prompts
 

@@ -104,6 +104,20 @@ def read_safetensors(src: str, convert: Callable[[str, str, np.ndarray], np.ndar
 _GGUF_INTEGER_TYPES = ("I8", "I16", "I32", "I64")
 
 
+def read_gguf_blocks(path: str, types: tuple[str, ...]) -> dict[str, tuple[str, np.ndarray]]:
+    """The tensors of a GGUF file stored in one of ``types`` (GGML type names), as they are: name ->
+    (type, raw blocks ``uint8 [rows, bytes per row]``), rows in the file's order. What ``--weights native`` keeps."""
+    import gguf
+
+    reader = gguf.GGUFReader(path)
+    out = {}
+    for t in reader.tensors:
+        if t.tensor_type.name in types:
+            raw = np.asarray(t.data, np.uint8)
+            out[t.name] = (t.tensor_type.name, np.ascontiguousarray(raw.reshape(raw.shape[0], -1)))
+    return out
+
+
 def read_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """GGUF header fields (decoded) and all tensors dequantized to float32 in HF row-major order."""
     import gguf

@@ -29,7 +29,8 @@ from ..errors import CheckpointError
 from ..models.pangu import expected_weight_shapes
 
 from .name_map import HF_STALE_SUFFIXES, gguf_name_to_ours, is_linear_weight, unpermute_rope_rows
-from .readers import contained_file, read_gguf, read_safetensors
+from ..kernels.layout import GGUF_BLOCK_BYTES
+from .readers import contained_file, read_gguf, read_gguf_blocks, read_safetensors
 
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
                       "generation_config.json", "chat_template.jinja")
@@ -87,6 +88,33 @@ def gguf_to_ours(tensors: Mapping[str, np.ndarray], cfg: TeacherConfig) -> dict[
     return out
 
 
+QUANTIZED_NAME = "quantized.safetensors"  # the GGUF's own blocks of a converted model (``--weights native``)
+
+
+def gguf_blocks_to_ours(blocks: Mapping[str, tuple[str, np.ndarray]], cfg: TeacherConfig) -> dict[str, tuple[str, np.ndarray]]:
+    """GGUF raw blocks (``readers.read_gguf_blocks``) under our names, the q/k rows un-permuted like the dense
+    weights (a row of blocks is one output feature, so the permutation moves whole rows). Only 2-D weights whose
+    rows are output features are kept: Linear weights and the embedding table (the tied LM head)."""
+    out = {}
+    for name, (kind, raw) in blocks.items():
+        ours = gguf_name_to_ours(name)
+        if ours is None or not (is_linear_weight(ours) or ours == "model.embed_tokens.weight"):
+            continue
+        if ours.endswith("q_proj.weight"):
+            raw = unpermute_rope_rows(raw, cfg.num_heads)
+        elif ours.endswith("k_proj.weight"):
+            raw = unpermute_rope_rows(raw, cfg.num_kv_heads)
+        out[ours] = (kind, np.ascontiguousarray(raw))
+    return out
+
+
+def write_quantized(tmp: str, blocks: Mapping[str, tuple[str, np.ndarray]]) -> None:
+    """``quantized.safetensors``: each weight's raw GGUF rows (uint8), its GGML type in the metadata."""
+    if blocks:
+        save_tensors({n: raw for n, (_, raw) in sorted(blocks.items())}, os.path.join(tmp, QUANTIZED_NAME),
+                     metadata={"format": "mindspore_eagle.gguf_blocks", **{n: k for n, (k, _) in blocks.items()}})
+
+
 def write_model_dir(out_dir: str, cfg: TeacherConfig, tensors: Mapping[str, np.ndarray],
                     extra: Callable[[str], None] | None = None, overwrite: bool = False,
                     sources: tuple[str, ...] = ()) -> None:
@@ -122,7 +150,9 @@ def convert_hf(src: str, out_dir: str, overwrite: bool = False, aux_layer_ids: t
 
 
 def convert_gguf(path: str, out_dir: str, overwrite: bool = False, aux_layer_ids: tuple[int, ...] = ()) -> TeacherConfig:
-    """llama-architecture GGUF (any quantisation the ``gguf`` package dequantizes) -> model dir."""
+    """llama-architecture GGUF (any quantisation the ``gguf`` package dequantizes) -> model dir. Weights stored as
+    Q4_0, Q4_1 or Q8_0 also keep their blocks (``quantized.safetensors``), which ``--weights native`` computes
+    with, exactly; other formats are dense only."""
     check_output_dir(out_dir, overwrite, CheckpointError, (path,))
     meta, raw = read_gguf(path)
     cfg = TeacherConfig.from_gguf_metadata(meta, tied="output.weight" not in raw)
@@ -131,10 +161,13 @@ def convert_gguf(path: str, out_dir: str, overwrite: bool = False, aux_layer_ids
     tensors = gguf_to_ours(raw, cfg)
     check_tensors(tensors, expected_weight_shapes(cfg), path)
 
+    blocks = gguf_blocks_to_ours(read_gguf_blocks(path, tuple(GGUF_BLOCK_BYTES)), cfg)
+
     def export_tokenizer(tmp: str) -> None:
         from ..tokenizer import export_gguf_tokenizer
 
         export_gguf_tokenizer(path, tmp)
+        write_quantized(tmp, blocks)
 
     write_model_dir(out_dir, cfg, tensors, export_tokenizer, overwrite, (path,))
     return cfg

@@ -255,9 +255,58 @@ const auto kBlocksBf16 = table_bf16(std::make_integer_sequence<int, kMaxRM>{});
 const auto kBlocksQ4 = table_q<false>(std::make_integer_sequence<int, kMaxRM>{});
 const auto kBlocksQ8 = table_q<true>(std::make_integer_sequence<int, kMaxRM>{});
 
+// One 32-row block of a quantized panel rebuilt as fp32 panel rows out[32][16] (the weights block_q uses).
+void dequant_block(const uint8_t* blk, bool q8, float* out) {
+  R d[kSub], m[kSub], q[kSub];
+  for (int s = 0; s < kSub; ++s) {
+    d[s] = rload(reinterpret_cast<const float*>(blk) + s * kRL);
+    if (!q8) m[s] = rload(reinterpret_cast<const float*>(blk + 64) + s * kRL);
+  }
+  for (int kk = 0; kk < kQBlock; ++kk) {
+    V w;
+    if (q8) {
+      rq8(reinterpret_cast<const int8_t*>(blk + 64 + kk * 16), q);
+      for (int s = 0; s < kSub; ++s) set_part(w, s, rmul(d[s], q[s]));
+    } else {
+      rq4(blk + 128 + kk * 8, q);
+      for (int s = 0; s < kSub; ++s) set_part(w, s, rfma(d[s], q[s], m[s]));
+    }
+    store(out + kk * kLanes, w);
+  }
+}
+
+// A quantized job with several row blocks: each 32-row block of the chunk's panels is rebuilt once into fp32
+// panels (L1-sized) that every row block then multiplies with the fp32 blocks, the partial sums waiting in y
+// between blocks: the same weights and the same sequential chain per output as block_q, without rebuilding
+// the weights once per row block.
+void quant_chunk_rows(const LinearJob& c, int64_t p0, int64_t p1) {
+  const bool q8 = c.fmt == kQ8;
+  const int64_t KB = c.K / kQBlock, bytes = q8 ? kQ8Bytes : kQ4Bytes;
+  thread_local std::vector<float> tmp;
+  tmp.resize((size_t)((p1 - p0) * kQBlock * kLanes));
+  for (int64_t kb = 0; kb < KB; ++kb) {
+    for (int64_t p = p0; p < p1; ++p)
+      dequant_block(c.wq + (p * KB + kb) * bytes, q8, tmp.data() + (p - p0) * kQBlock * kLanes);
+    const bool first = kb == 0, last = kb == KB - 1;
+    for (int64_t m0 = 0; m0 < c.M; m0 += kMaxRM) {
+      const int rm = (int)std::min<int64_t>(kMaxRM, c.M - m0);
+      const int rn_max = std::min(kMaxRN, panels_for_rows(rm));
+      for (int64_t p = p0; p < p1; p += rn_max) {
+        const int rn = (int)std::min<int64_t>(rn_max, p1 - p);
+        const int64_t n0 = p * kLanes;
+        kBlocksF32[rm - 1][rn - 1](c.x + m0 * c.K + kb * kQBlock, c.K, tmp.data() + (p - p0) * kQBlock * kLanes,
+                                   kQBlock, 0, kQBlock, kPrefetchRows, c.y + m0 * c.N + n0, c.N,
+                                   last && c.bias ? c.bias + n0 : nullptr,
+                                   last && c.res ? c.res + m0 * c.N + n0 : nullptr, first, c.N - n0);
+      }
+    }
+  }
+}
+
 // Computes chunk `item` of the job into y: for each K slab, every row block of the chunk's panels.
 void linear_chunk(const LinearJob& c, int64_t item) {
   const int64_t p0 = item * c.chunk, p1 = std::min(c.np, p0 + c.chunk);
+  if ((c.fmt == kQ4 || c.fmt == kQ8) && c.M > kMaxRM) return quant_chunk_rows(c, p0, p1);
   const int64_t depth = c.fmt == kBf16 ? c.K2 : c.K;  // reduction steps: pairs (bf16) or rows
   const int64_t slab = slab_for_rows(c.M, depth), pf = slab < depth ? slab : kPrefetchRows;
   for (int64_t k0 = 0; k0 < depth; k0 += slab) {

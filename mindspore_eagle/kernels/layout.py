@@ -75,3 +75,77 @@ def packed_shape(in_features: int, out_features: int, dtype: str) -> tuple[int, 
 
 
 __all__ = ["LANES", "bf16_bits", "pack_bf16", "pack_f32", "packed_shape", "panel_count"]
+
+
+# ----- GGUF quantized blocks, kept as they are (``--weights native``) --------------------------------------
+#
+# A GGUF tensor of shape [N, K] (N output rows, K inputs; blocks of 32 along K) packs into panels of 16 output
+# columns whose 32-row blocks hold what the kernel needs to rebuild each weight with the converter's arithmetic:
+#
+#     q4:  [np, K/32, 384] bytes = d[16] fp32 | m[16] fp32 | 32 rows x 8 bytes (byte j: column j in the low
+#          nibble, column j + 8 in the high one);  W[k, n] = fma(d[n], q[k, n], m[n])
+#     q8:  [np, K/32, 576] bytes = d[16] fp32 | 32 rows x 16 int8;  W[k, n] = d[n] * q[k, n]
+#
+# GGUF Q4_1 blocks are (d fp16, m fp16, 16 bytes: value j in the low nibble of byte j, value j + 16 in the
+# high one); Q4_0 is (d, 16 bytes) with W = d (q - 8), stored here as m = -8 d (exact, and fma(d, q, -8d) rounds
+# the exact d (q - 8) to itself); Q8_0 is (d, 32 int8). d * q is exact in fp32 for every format, so each
+# rebuilt weight is bit-identical to ``gguf.quants.dequantize``'s float32 value (tested on real blocks).
+
+QUANT_BLOCK = 32
+GGUF_BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}  # the GGUF formats computed exactly
+KERNEL_FORMAT = {"Q4_0": "q4", "Q4_1": "q4", "Q8_0": "q8"}
+PANEL_BYTES = {"q4": 384, "q8": 576}
+
+
+def _f16_field(blocks: np.ndarray, start: int) -> np.ndarray:
+    return np.ascontiguousarray(blocks[..., start:start + 2]).view(np.float16)[..., 0].astype(np.float32)
+
+
+def gguf_fields(raw: np.ndarray, ggml_type: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Raw GGUF rows ``uint8 [N, K/32 * block bytes]`` -> ``d [N, K/32]``, ``m [N, K/32]`` (zeros for Q8_0) fp32
+    and ``q [N, K]`` (uint8 0..15 for Q4_*, int8 for Q8_0)."""
+    if ggml_type not in GGUF_BLOCK_BYTES:
+        raise ValueError(f"GGUF type {ggml_type} is not computed exactly (supported: {sorted(GGUF_BLOCK_BYTES)})")
+    n = raw.shape[0]
+    blocks = np.asarray(raw, np.uint8).reshape(n, -1, GGUF_BLOCK_BYTES[ggml_type])
+    d = _f16_field(blocks, 0)
+    if ggml_type == "Q8_0":
+        q = np.ascontiguousarray(blocks[..., 2:]).view(np.int8).reshape(n, -1)
+        return d, np.zeros_like(d), q
+    qs = blocks[..., 4:] if ggml_type == "Q4_1" else blocks[..., 2:]
+    q = np.concatenate([qs & 0x0F, qs >> 4], axis=-1).reshape(n, -1)  # values j, then j + 16, per block
+    m = _f16_field(blocks, 2) if ggml_type == "Q4_1" else np.float32(-8.0) * d
+    return d, m, q
+
+
+def dequantize_fields(d: np.ndarray, m: np.ndarray, q: np.ndarray, fmt: str) -> np.ndarray:
+    """The converter's float32 value of every weight, ``[N, K]`` (the reference the kernels must equal)."""
+    rep = lambda a: np.repeat(a, QUANT_BLOCK, axis=1)  # noqa: E731
+    prod = rep(d) * q.astype(np.float32)
+    return prod if fmt == "q8" else prod + rep(m)
+
+
+def pack_quantized(d: np.ndarray, m: np.ndarray, q: np.ndarray, fmt: str) -> np.ndarray:
+    """``d, m [N, K/32]`` fp32 and ``q [N, K]`` -> the kernel's panels ``uint8 [np, K/32, 384 | 576]``."""
+    n, k = q.shape
+    if k % QUANT_BLOCK or d.shape != (n, k // QUANT_BLOCK) or m.shape != d.shape:
+        raise ValueError(f"pack_quantized: q {q.shape}, d {d.shape}, m {m.shape} are not blocks of {QUANT_BLOCK}")
+    npanel, kb = panel_count(n), k // QUANT_BLOCK
+
+    def panels(a: np.ndarray) -> np.ndarray:  # [N, ...] -> zero-padded [np, 16, ...]
+        out = np.zeros((npanel * LANES,) + a.shape[1:], a.dtype)
+        out[:n] = a
+        return out.reshape((npanel, LANES) + a.shape[1:])
+
+    dp = panels(d.astype(np.float32)).transpose(0, 2, 1)  # [np, KB, 16]
+    qp = panels(q).reshape(npanel, LANES, kb, QUANT_BLOCK).transpose(0, 2, 3, 1)  # [np, KB, 32, 16]
+    parts = [np.ascontiguousarray(dp).view(np.uint8)]
+    if fmt == "q4":
+        parts.append(np.ascontiguousarray(panels(m.astype(np.float32)).transpose(0, 2, 1)).view(np.uint8))
+        nib = qp.astype(np.uint8)
+        parts.append((nib[..., :8] | (nib[..., 8:] << 4)).reshape(npanel, kb, 256))
+    elif fmt == "q8":
+        parts.append(np.ascontiguousarray(qp.astype(np.int8)).view(np.uint8).reshape(npanel, kb, 512))
+    else:
+        raise ValueError(f"pack_quantized: format {fmt!r} (expected 'q4' or 'q8')")
+    return np.ascontiguousarray(np.concatenate(parts, axis=2))

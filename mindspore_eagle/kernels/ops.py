@@ -27,16 +27,19 @@ from mindspore import Parameter, Tensor, nn, ops
 from ..errors import ConfigError
 from . import build
 from .choice import CUSTOM, MINDSPORE, MatmulChoice
-from .layout import pack_bf16, pack_f32, packed_shape
+from .layout import KERNEL_FORMAT, gguf_fields, pack_bf16, pack_f32, pack_quantized, packed_shape
 
 
 
-def entry_point(dtype: str, prologue: str, bias: bool, residual: bool) -> str:
-    """linear.cc's entry point of one variant: ``MseLinear{F32,Bf16}[Norm|Glu][Bias][Res]``.
+FORMAT_NAMES = {"float32": "F32", "bfloat16": "Bf16", "q4": "Q4", "q8": "Q8"}  # packed weight formats (layout.py)
+
+
+def entry_point(fmt: str, prologue: str, bias: bool, residual: bool) -> str:
+    """linear.cc's entry point of one variant: ``MseLinear{F32,Bf16,Q4,Q8}[Norm|Glu][Bias][Res]``.
 
     Example: ``entry_point("bfloat16", "rmsnorm", False, True) == "MseLinearBf16NormRes"``."""
     pro = {"none": "", "rmsnorm": "Norm", "swiglu": "Glu"}[prologue]
-    return f"MseLinear{'Bf16' if dtype == 'bfloat16' else 'F32'}{pro}{'Bias' if bias else ''}{'Res' if residual else ''}"
+    return f"MseLinear{FORMAT_NAMES[fmt]}{pro}{'Bias' if bias else ''}{'Res' if residual else ''}"
 
 
 def kernel_status(dtype: str):
@@ -103,12 +106,20 @@ class LinearKernel(nn.Cell):
                               "(kernels.select_matmul falls back to MindSpore's MatMul)")
         self.in_features, self.out_features = in_features, out_features
         self.dtype, self.has_bias, self.transposed, self.glu = dtype, bias, transposed, glu
+        self.format = dtype  # the packed weight's format: the dtype, or "q4" / "q8" once pack_native ran
         shape = packed_shape(in_features, out_features, dtype)
         # NaN until packed: fp32 NaN, or the bf16 NaN pattern 0x7FC0 in int16 bits
         init = np.full(shape, 0x7FC0, np.int16) if dtype == "bfloat16" else np.full(shape, np.nan, np.float32)
         self.packed_weight = Parameter(Tensor(init), name="packed_weight", requires_grad=False)
         self.packed = False  # host flag, set by pack()
-        n = out_features
+        self.has_norm = norm_eps is not None
+        if self.has_norm:
+            self.eps = Tensor(np.array([norm_eps], np.float32))
+        self._make_ops(status.library)
+
+    def _make_ops(self, library) -> None:
+        """The Custom primitives of this kernel's variants for its current ``format``."""
+        n, fmt, bias = self.out_features, self.format, self.has_bias
 
         def infer_shape(x, *rest):
             return list(x[:-1]) + [n]
@@ -117,15 +128,13 @@ class LinearKernel(nn.Cell):
             return x
 
         def op(prologue: str, residual: bool):
-            return ops.Custom(status.library.symbol(entry_point(dtype, prologue, bias, residual)),
+            return ops.Custom(library.symbol(entry_point(fmt, prologue, bias, residual)),
                               out_shape=infer_shape, out_dtype=infer_dtype, func_type="aot")
 
-        first = "swiglu" if glu else "none"
+        first = "swiglu" if self.glu else "none"
         self.op = op(first, False)
         self.op_res = op(first, True)
-        self.has_norm = norm_eps is not None
         if self.has_norm:
-            self.eps = Tensor(np.array([norm_eps], np.float32))
             self.op_norm = op("rmsnorm", False)
             self.op_norm_res = op("rmsnorm", True)
 
@@ -137,6 +146,29 @@ class LinearKernel(nn.Cell):
         fn = pack_bf16 if self.dtype == "bfloat16" else pack_f32
         self.packed_weight.set_data(Tensor(fn(weight, self.transposed)))
         self.packed = True
+
+    def pack_native(self, parts: list[tuple[str, np.ndarray]]) -> bool:
+        """Pack from GGUF blocks instead: ``parts`` are (GGML type, raw rows ``uint8 [rows, bytes]``) whose rows,
+        stacked, are this kernel's N output columns (q|k|v, gate|up), each row K inputs. Returns False (nothing
+        changed; ``pack`` the dense weight instead) unless every part is in one exactly-computed format of the
+        same kernel format (layout.KERNEL_FORMAT) and the kernel computes float32. Must run before the first
+        forward: the packed Parameter and the primitives are replaced (a new format, a new shape)."""
+        fmts = {KERNEL_FORMAT.get(kind) for kind, _ in parts}
+        rows = sum(raw.shape[0] for _, raw in parts)
+        if self.dtype != "float32" or len(fmts) != 1 or None in fmts or rows != self.out_features:
+            return False
+        fmt = fmts.pop()
+        fields = [gguf_fields(raw, kind) for kind, raw in parts]
+        d, m, q = (np.concatenate([f[i] for f in fields], 0) for i in range(3))
+        if q.shape != (self.out_features, self.in_features):
+            raise ConfigError(f"LinearKernel.pack_native: blocks hold {q.shape} weights, expected "
+                              f"{(self.out_features, self.in_features)}")
+        name = self.packed_weight.name
+        self.packed_weight = Parameter(Tensor(pack_quantized(d, m, q, fmt)), name=name, requires_grad=False)
+        self.format = fmt
+        self._make_ops(kernel_status("float32").library)
+        self.packed = True
+        return True
 
     def construct(self, x, bias=None, norm_weight=None, residual=None):
         args = (x, self.packed_weight)
@@ -151,12 +183,15 @@ class LinearKernel(nn.Cell):
         return self.op_norm_res(*(args + (norm_weight, self.eps, residual)))
 
 
-def pack_weights(root: nn.Cell) -> int:
-    """Call ``pack_kernel()`` on every cell of ``root`` that has one; return how many kernels are packed."""
-    for _, cell in root.cells_and_names():
+def pack_weights(root: nn.Cell, native: dict | None = None) -> int:
+    """Call ``pack_kernel(native)`` on every cell of ``root`` that has one; return how many kernels are packed.
+    ``native``: weight name -> (GGML type, raw GGUF rows) of the checkpoint's quantized blocks (``--weights
+    native``); a kernel whose weights are all there in an exactly-computed format packs those, others the
+    dense weights."""
+    for _, cell in list(root.cells_and_names()):
         pack = getattr(cell, "pack_kernel", None)
         if callable(pack):
-            pack()
+            pack(native or {})
     return sum(1 for _, c in root.cells_and_names() if isinstance(c, LinearKernel) and c.packed)
 
 

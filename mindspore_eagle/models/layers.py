@@ -36,6 +36,15 @@ from ..errors import ConfigError
 from ..kernels import LinearKernel, MatmulChoice, TreeAttentionKernel, fused_attention_supported
 
 
+def pack_linear(kernel: LinearKernel, linears: tuple, native: dict | None) -> None:
+    """Pack ``kernel`` from ``linears`` (their outputs concatenated, in order): from the checkpoint's quantized
+    blocks when ``native`` holds every one of their weights in an exactly-computed format, else from the dense
+    ``[in, out]`` weights (the same values: layout.py)."""
+    parts = [native.get(lin.weight.name) for lin in linears] if native else [None]
+    if None in parts or not kernel.pack_native(parts):
+        kernel.pack(np.concatenate([lin.weight.asnumpy() for lin in linears], 1))
+
+
 class Linear(nn.Cell):
     """``y = x @ weight + bias`` with ``weight [in, out]``, one 2-D matmul over all leading dims.
 
@@ -56,9 +65,9 @@ class Linear(nn.Cell):
         if self.custom:
             self.kernel = LinearKernel(in_features, out_features, matmul.dtype, bias)
 
-    def pack_kernel(self) -> None:
+    def pack_kernel(self, native: dict | None = None) -> None:
         if self.custom:
-            self.kernel.pack(self.weight.asnumpy())
+            pack_linear(self.kernel, (self,), native)
 
     def construct(self, x):
         if self.custom and self.has_bias:  # the kernel takes any leading dims
@@ -198,12 +207,12 @@ class CachedAttention(nn.Cell):
         self.k_cache = Parameter(attention.zeros_cache(shape, choice), name="k_cache", requires_grad=False)
         self.v_cache = Parameter(attention.zeros_cache(shape, choice), name="v_cache", requires_grad=False)
 
-    def pack_kernel(self) -> None:
-        """Pack the fused kernels from the checkpoint weights: q|k|v concatenated along the outputs, and o_proj."""
+    def pack_kernel(self, native: dict | None = None) -> None:
+        """Pack the fused kernels from the checkpoint weights: q|k|v concatenated along the outputs, and o_proj
+        (from the quantized blocks in ``native`` where every part has them: ``kernels.pack_weights``)."""
         if self.fused:
-            qkv = np.concatenate([p.weight.asnumpy() for p in (self.q_proj, self.k_proj, self.v_proj)], 1)
-            self.qkv_kernel.pack(qkv)  # [in, (H + 2 Hkv) D]
-            self.o_kernel.pack(self.o_proj.weight.asnumpy())
+            pack_linear(self.qkv_kernel, (self.q_proj, self.k_proj, self.v_proj), native)  # [in, (H + 2 Hkv) D]
+            pack_linear(self.o_kernel, (self.o_proj,), native)
 
     def construct(self, x, cos, sin, mask, write_idx, norm_weight=None, residual=None):
         if self.fused:
@@ -261,11 +270,11 @@ class SwiGLU(nn.Cell):
             self.gate_up_kernel = LinearKernel(hidden, 2 * intermediate, matmul.dtype, norm_eps=eps)
             self.down_kernel = LinearKernel(intermediate, hidden, matmul.dtype, glu=True)
 
-    def pack_kernel(self) -> None:
+    def pack_kernel(self, native: dict | None = None) -> None:
         """Pack gate|up concatenated along the outputs, and down (which reads their SwiGLU)."""
         if self.fused:
-            self.gate_up_kernel.pack(np.concatenate([self.gate_proj.weight.asnumpy(), self.up_proj.weight.asnumpy()], 1))
-            self.down_kernel.pack(self.down_proj.weight.asnumpy())
+            pack_linear(self.gate_up_kernel, (self.gate_proj, self.up_proj), native)
+            pack_linear(self.down_kernel, (self.down_proj,), native)
 
     def construct(self, x, norm_weight=None, residual=None):
         if self.fused:

@@ -118,10 +118,13 @@ class PanguForCausalLM(nn.Cell):
         logits = logits.reshape(b, t, -1)
         return logits, ops.concat(taps, -1)
 
-    def pack_kernel(self) -> None:
-        """Pack the tied LM head's kernel from the embedding table (``kernels.pack_weights`` calls this)."""
+    def pack_kernel(self, native: dict | None = None) -> None:
+        """Pack the tied LM head's kernel from the embedding table (``kernels.pack_weights`` calls this): its GGUF
+        blocks when ``native`` has them (the table's rows are the head's output columns), else the dense table."""
         if self.tied_custom:
-            self.tied_kernel.pack(self.model.embed_tokens.weight.asnumpy())
+            blocks = (native or {}).get(self.model.embed_tokens.weight.name)
+            if blocks is None or not self.tied_kernel.pack_native([blocks]):
+                self.tied_kernel.pack(self.model.embed_tokens.weight.asnumpy())
 
     def weight_parameters(self) -> dict:
         """Name -> Parameter for every checkpointed weight (KV cache buffers and packed kernel copies excluded)."""

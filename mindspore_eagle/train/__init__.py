@@ -13,6 +13,8 @@ Pipeline (each step resumable, each a module):
     trainer.py  AdamW + warm-up + clipping, checkpoints, resume, held-out acc_k / simulated tau;
                 ``train_draft_main(argv)`` is the ``train-draft`` command
     export.py   the head in the public EAGLE-3 format (config.json + model.safetensors), atomically
+    identity.py which teacher, data and recipe a data or run directory belongs to (identity.json): a rerun
+                with another is refused instead of mixing the two
 
 Terms. *Position* p: index into one training sequence (prompt + teacher answer). *Entry* i: the draft's
 input pair (token at p = i + 1, teacher features at p = i) -- EAGLE's shift, the same as

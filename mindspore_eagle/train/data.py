@@ -25,6 +25,11 @@ Sequence ids: a first turn is its conversation id (``prompts.prompt_id``), a lat
 (``batch_greedy.turn_pid``); ``conversation_id`` maps back, so a held-out split by conversation keeps both
 turns together. Resume: a conversation listed in the manifest is never regenerated; one in flight when the run
 stops is redone.
+
+Identity (``train.identity``): a data directory records, when created, the teacher's content fingerprint and the
+settings that shape its answers (``data_identity``); a run with another teacher or other settings is refused
+instead of appending its answers to the first one's. The default directory is keyed by that fingerprint
+(``default_data_dir``), so two teachers whose directories share a name never share data.
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ import numpy as np
 
 from ..atomic import write_text
 from ..errors import ConfigError, DataError
+from ..fingerprint import directory_fingerprint
+from ..paths import home
+from .identity import claim
 from .sequence import Sequence_
 
 MANIFEST = "manifest.jsonl"
@@ -51,6 +59,27 @@ CONVERSATIONS_FILE = "conversations.jsonl"
 def conversation_id(pid: str) -> str:
     """The conversation of a sequence id: ``"ab12-t2" -> "ab12"``, ``"ab12" -> "ab12"``."""
     return pid.split("-t", 1)[0]
+
+
+def default_data_dir(model_dir: str, fingerprint: str | None = None) -> str:
+    """``<home>/train_data/<teacher dir name>-<16 hex digits of its fingerprint>``: keyed by the teacher's content,
+    not by its directory name alone (two teachers named alike trained on one's data)."""
+    fingerprint = fingerprint or directory_fingerprint(model_dir)
+    name = os.path.basename(os.path.normpath(os.path.abspath(model_dir)))
+    return os.path.join(home(), "train_data", f"{name}-{fingerprint.split(':')[-1][:16]}")
+
+
+def data_identity(model_dir: str, topk: int, max_new_tokens: int, **settings) -> dict:
+    """What a data directory's answers depend on: the teacher's content and the generation settings (amounts and
+    time limits are not identity: a rerun with a larger one resumes)."""
+    return {"kind": "train-data", "teacher": directory_fingerprint(model_dir), "topk": topk,
+            "max_new_tokens": max_new_tokens, **settings}
+
+
+def claim_data_dir(out_dir: str, identity: dict) -> bool:
+    """Record ``identity`` in a new or empty ``out_dir``, or check it against the recorded one (IdentityError)."""
+    return claim(out_dir, identity, "data directory", "generate into another (new or empty) directory; each teacher "
+                 "needs its own data")
 
 
 def bytes_per_token(hidden_size: int, topk: int) -> int:
@@ -251,7 +280,9 @@ def generate_dataset(model_dir: str, out_dir: str, num_conversations: int | None
 
     if max_answer_tokens is not None and max_answer_tokens <= 0:
         raise ConfigError(f"max_answer_tokens={max_answer_tokens}: must be > 0")
-    os.makedirs(out_dir, exist_ok=True)
+    identity = data_identity(model_dir, topk, max_new_tokens, max_prompt_tokens=max_prompt_tokens,
+                             per_category=per_category, seed=seed, second_turns=second_turns)
+    claim_data_dir(out_dir, identity)  # before anything is written into it
     held = stored_answer_tokens(out_dir)
     if max_answer_tokens is not None and held >= max_answer_tokens:
         print(f"{out_dir} already holds {held} answer tokens (>= {max_answer_tokens}): nothing to generate",
@@ -273,7 +304,7 @@ def generate_dataset(model_dir: str, out_dir: str, num_conversations: int | None
         print(f"{too_long} conversations left out: first turn longer than {max_prompt_tokens} tokens", file=sys.stderr)
     rows_one = max_prompt_tokens + max_new_tokens + 1
     run_generation(model_dir, out_dir, items, tok, batch_size, max_new_tokens, topk, time_limit_s, block,
-                   (rows_one, rows_one + max_new_tokens + followup_tokens), max_answer_tokens)
+                   (rows_one, rows_one + max_new_tokens + followup_tokens), max_answer_tokens, identity)
     return len(finished_conversations(out_dir))
 
 
@@ -288,20 +319,21 @@ def finished_conversations(out_dir: str) -> set[str]:
 
 def run_generation(model_dir: str, out_dir: str, items: list, tokenizer, batch_size: int, max_new_tokens: int,
                    topk: int, time_limit_s: float | None, block: int, cache_rows: tuple[int, int],
-                   max_answer_tokens: int | None = None) -> None:
+                   max_answer_tokens: int | None = None, identity: dict | None = None) -> None:
     """Generate ``items`` (``EvalItem`` conversations, none of them finished yet) into shards of ``out_dir``.
 
     Blocks of ``block`` conversations (so every category and both kinds progress together); in each,
     single-turn conversations on a cache of ``cache_rows[0]`` rows, then longer ones on ``cache_rows[1]``
     (at most two teachers for the run). A shard is written every ``batch_size // 4`` finished conversations
     and when the run stops (time limit, answer-token limit, Ctrl-C, SIGTERM), so an interruption loses the
-    conversations in flight.
+    conversations in flight. ``identity`` (default: ``data_identity`` of the teacher, ``topk`` and
+    ``max_new_tokens``) must be the directory's own (``claim_data_dir``), else nothing is generated.
     """
     from ..config import RuntimeConfig
     from ..teacher import Teacher
     from .batch_greedy import BatchGreedyGenerator
 
-    os.makedirs(out_dir, exist_ok=True)
+    claim_data_dir(out_dir, identity or data_identity(model_dir, topk, max_new_tokens))
     for stale in glob.glob(os.path.join(out_dir, "*.tmp.npz")):
         os.remove(stale)
     manifest = read_manifest(out_dir)
@@ -380,11 +412,12 @@ def run_generation(model_dir: str, out_dir: str, items: list, tokenizer, batch_s
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from ..assets import default_model_dir, home
+    from ..assets import default_model_dir
 
     ap = argparse.ArgumentParser(description="Generate teacher answers + features for draft-head training")
     ap.add_argument("--teacher", default=None, help="converted teacher dir (default: the default teacher)")
-    ap.add_argument("--out", default=os.path.join(home(), "train_data", "smollm2-135m-chat"))
+    ap.add_argument("--out", default=None,
+                    help="data directory (default: HOME/train_data/<teacher name>-<its content fingerprint>)")
     ap.add_argument("--num-conversations", type=int, default=None, help="first N of the set (default: all)")
     ap.add_argument("--per-category", type=int, default=2500, help="conversations per category in the set")
     ap.add_argument("--no-second-turns", action="store_true")
@@ -396,8 +429,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-answer-tokens", type=int, default=None,
                     help="stop (resumably) once the directory holds this many answer tokens")
     a = ap.parse_args(argv)
+    teacher = a.teacher or default_model_dir()
+    a.out = a.out or default_data_dir(teacher)
     try:
-        n = generate_dataset(a.teacher or default_model_dir(), a.out, a.num_conversations, a.batch_size,
+        n = generate_dataset(teacher, a.out, a.num_conversations, a.batch_size,
                              a.max_new_tokens, a.max_prompt_tokens, a.topk, time_limit_s=a.time_limit,
                              per_category=a.per_category, second_turns=not a.no_second_turns,
                              max_answer_tokens=a.max_answer_tokens)

@@ -22,13 +22,30 @@ from ..draft_config import DraftConfig
 from ..errors import ConfigError
 
 
+HEAD_FILES = ("config.json", "model.safetensors")
+ARCHITECTURE = "LlamaForCausalLMEagle3"
+
+
+def is_exported_head(path: str) -> bool:
+    """Whether ``path`` is a directory holding exactly a head as ``export_head`` writes it (its two files, an
+    EAGLE-3 config): the only non-empty output the trainer replaces without ``--overwrite`` -- a rerun re-exports
+    its own head, and no other file can be lost with it."""
+    try:
+        names = sorted(os.listdir(path))
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return names == sorted(HEAD_FILES) and isinstance(cfg, dict) and cfg.get("architectures") == [ARCHITECTURE]
+
+
 def _is_linear(name: str) -> bool:
     return name.endswith("_proj.weight") or name in ("fc.weight", "lm_head.weight")
 
 
 def public_config(cfg: DraftConfig, dtype: str) -> dict:
     d = {
-        "architectures": ["LlamaForCausalLMEagle3"],
+        "architectures": [ARCHITECTURE],
         "model_type": "llama",
         "hidden_act": "silu",
         "num_hidden_layers": 1,
@@ -92,4 +109,4 @@ def export_head(out_dir: str, cfg: DraftConfig, weights: Mapping[str, np.ndarray
     return out_dir
 
 
-__all__ = ["export_head", "public_config"]
+__all__ = ["export_head", "is_exported_head", "public_config"]

@@ -10,6 +10,13 @@ Static shapes: sequences are grouped by length into a few entry buckets (``T`` i
 ``--tokens-per-batch`` entries per batch, so each bucket compiles one graph. The held-out split is a fixed
 fraction of prompt ids (by hash), so it never changes between runs or on resume.
 
+Directories: ``--out`` is replaced by the export, so it must be missing, empty or a head (a rerun's own export)
+unless ``--overwrite``. The run directory records its identity when created (``train.identity``: the teacher's
+fingerprint, the data's digest, the vocabulary, TTT steps, head width, buckets, schedule, ...) and a resume with
+another one is refused naming the keys; budgets (``--max-steps``, ``--epochs``, ``--time-limit-min``) and run control
+(evaluation and checkpoint intervals, ``--patience``) may change on resume. The data must be this teacher's
+(``train.data`` records its teacher); the default data directory is keyed by the teacher's fingerprint.
+
 Entry point: ``train_draft_main(argv)`` (the ``mindspore-eagle train-draft`` command).
 """
 
@@ -27,8 +34,10 @@ import numpy as np
 
 from ..atomic import check_output_dir
 from ..checkpoint import load_tensors, save_tensors, tensor_shapes
-from ..errors import CheckpointError, ConfigError
-from .data import Sequence_, StoredSequence, conversation_id, index_sequences
+from ..errors import CheckpointError, ConfigError, IdentityError
+from ..fingerprint import directory_fingerprint
+from .data import MANIFEST, Sequence_, StoredSequence, conversation_id, index_sequences
+from .identity import check_claimable, claim, mismatch, read_identity
 from .ttt import TTTLoss, pack_batch, simulated_tau
 from .vocab import DraftVocab, build_draft_vocab, count_tokens, coverage
 
@@ -36,6 +45,11 @@ VOCAB_FILE = "draft_vocab.npz"
 STATE_FILE = "state.json"
 LAST_FILE = "last.safetensors"  # head + optimizer state, for resuming
 BEST_FILE = "best.safetensors"  # the head with the best held-out simulated tau, for export
+# What the trainer writes into a run directory: all ``--overwrite`` removes from one that belongs to another run.
+RUN_FILES = (VOCAB_FILE,) + tuple(n + tmp for n in (STATE_FILE, LAST_FILE, BEST_FILE) for tmp in ("", ".tmp"))
+RUN_REMEDY = ("pass --overwrite to start it afresh (only the trainer's own files in it are removed) or choose another "
+              "--run-dir")
+EXPORT_KEYS = ("teacher", "head_intermediate")  # what an --export-only shares with its run: what shapes the head
 
 
 def heldout(pid: str, fraction: float) -> bool:
@@ -219,6 +233,25 @@ def _start_from(head, init, vocab: DraftVocab) -> None:
           f"draft ids shared)", file=sys.stderr)
 
 
+def data_digest(data_dir: str) -> str:
+    """sha256 of the data's manifest: which shards and conversations it lists (a shard is written once and never
+    rewritten, so more or other data changes the digest)."""
+    with open(os.path.join(data_dir, MANIFEST), "rb") as f:
+        return "sha256:" + hashlib.sha256(f.read()).hexdigest()
+
+
+def _check_data_teacher(data_dir: str, teacher_fp: str) -> None:
+    """Refuse data that records another teacher: a head must learn what *this* teacher outputs."""
+    recorded = read_identity(data_dir)
+    if recorded is None:
+        print(f"note: {data_dir} records no teacher (written before data directories did): assumed to hold this "
+              "teacher's answers", file=sys.stderr)
+    elif recorded.get("teacher") != teacher_fp:
+        raise IdentityError(f"data directory {data_dir} holds the answers of another teacher ({recorded.get('teacher')}"
+                            f"; this teacher is {teacher_fp}): train on this teacher's own data (another --data, or "
+                            f"none: the default data directory is per teacher)")
+
+
 def peak_rss_gb() -> float:
     """Peak resident memory of this process (GB), from ``/proc/self/status`` ``VmHWM`` (0 where unavailable)."""
     try:
@@ -388,6 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--vocab-from-head", action="store_true",
                     help="keep --init-head's draft vocabulary instead of building one from the data")
     ap.add_argument("--export-only", action="store_true", help="export the best head of --run-dir and stop")
+    ap.add_argument("--overwrite", action="store_true",
+                    help="replace a non-empty --out that is not a head, and start afresh a --run-dir that belongs to "
+                         "another run (only the trainer's own files there are removed)")
     return ap
 
 
@@ -398,24 +434,30 @@ def train_draft_main(argv: list[str] | None = None) -> int:
     if a.head_intermediate is not None and a.head_intermediate <= 0:
         raise ConfigError(f"--head-intermediate {a.head_intermediate}: must be > 0")
     os.environ.setdefault("GLOG_v", "3")
-    from ..assets import default_model_dir, home
+    from ..assets import default_model_dir
     from ..config import RuntimeConfig, TeacherConfig
     from ..draft_config import DraftConfig
     from ..teacher import Teacher
-    from .data import generate_dataset
-    from .export import export_head
+    from .data import default_data_dir, generate_dataset
+    from .export import export_head, is_exported_head
 
     teacher_dir = a.teacher or default_model_dir()
-    data_dir = a.data or os.path.join(home(), "train_data", os.path.basename(os.path.normpath(teacher_dir)))
+    if not os.path.isdir(teacher_dir):
+        raise ConfigError(f"teacher {teacher_dir}: no such directory; pass --teacher DIR (a converted teacher) or "
+                          "install the default one with `mindspore-eagle setup`")
+    teacher_fp = directory_fingerprint(teacher_dir)
+    data_dir = a.data or default_data_dir(teacher_dir, teacher_fp)
     run_dir = a.run_dir or os.path.join(os.path.dirname(os.path.abspath(a.out)),
                                         ".train-run-" + os.path.basename(os.path.normpath(a.out)))
     protected = (teacher_dir, data_dir, run_dir)  # the export replaces OUT: it must not hold any of these
-    check_output_dir(a.out, True, ConfigError, protected)
-    os.makedirs(run_dir, exist_ok=True)
-    if not os.path.isfile(os.path.join(data_dir, "manifest.jsonl")):
+    # Before any work: OUT and the run directory are the user's unless empty or the trainer's own.
+    check_output_dir(a.out, a.overwrite or is_exported_head(a.out), ConfigError, protected)
+    if not a.export_only:
+        check_claimable(run_dir, "run directory", RUN_REMEDY, restart=a.overwrite)
+    if not os.path.isfile(os.path.join(data_dir, MANIFEST)):
         generate_dataset(teacher_dir, data_dir, a.num_prompts)
+    _check_data_teacher(data_dir, teacher_fp)
     tcfg = TeacherConfig.load(teacher_dir)
-    teacher = Teacher.load(teacher_dir, RuntimeConfig(max_cache_len=64, batch_size=1, buckets=(1,), prefill_chunk=1))
     plateau = Plateau(a.patience, a.min_delta)
     seqs = index_sequences(data_dir)  # features stay on disk: a batch reads its rows (data.ShardFile)
     train = [s for s in seqs if not heldout(s.pid, a.heldout)]
@@ -434,6 +476,23 @@ def train_draft_main(argv: list[str] | None = None) -> int:
     if init_width is not None and intermediate < init_width:
         raise ConfigError(f"--head-intermediate {intermediate}: --init-head {a.init_head} is {init_width} wide; "
                           f"a trained head can be widened, not narrowed")
+    buckets = tuple(int(b) for b in a.buckets.split(","))
+    identity = {"kind": "train-run", "teacher": teacher_fp, "data": data_digest(data_dir),
+                "max_answer_tokens": a.max_answer_tokens, "heldout": a.heldout, "heldout_max": a.heldout_max,
+                "draft_vocab": a.draft_vocab, "vocab_from_head": a.vocab_from_head,
+                "init_head": directory_fingerprint(a.init_head) if a.init_head else None,
+                "head_intermediate": intermediate, "ttt_steps": a.ttt_steps, "buckets": list(buckets),
+                "tokens_per_batch": a.tokens_per_batch, "lr": a.lr, "warmup": a.warmup, "clip": a.clip,
+                "prompt_loss": a.prompt_loss, "seed": a.seed}
+    if a.export_only:  # trains nothing: only what shapes the exported head must agree
+        os.makedirs(run_dir, exist_ok=True)
+        recorded = read_identity(run_dir)
+        changes = mismatch(recorded, identity, EXPORT_KEYS) if recorded is not None else ""
+        if changes:
+            raise IdentityError(f"run directory {run_dir} trained another head ({changes}); export it with the "
+                                "teacher and --head-intermediate it was trained with")
+    else:
+        claim(run_dir, identity, "run directory", RUN_REMEDY, restart=a.overwrite, owned=RUN_FILES)
     vocab_path = os.path.join(run_dir, VOCAB_FILE)
     if a.vocab_from_head:
         vocab = init[1]
@@ -464,11 +523,11 @@ def train_draft_main(argv: list[str] | None = None) -> int:
                       draft_vocab_size=vocab.size, target_hidden_size=tcfg.hidden_size, head_dim=tcfg.head_dim,
                       rms_norm_eps=tcfg.rms_norm_eps, rope_theta=tcfg.rope_theta, rope_scaling=tcfg.rope_scaling,
                       max_position_embeddings=tcfg.max_position_embeddings, aux_layer_ids=tcfg.aux_layer_ids)
+    teacher = Teacher.load(teacher_dir, RuntimeConfig(max_cache_len=64, batch_size=1, buckets=(1,), prefill_chunk=1))
     head, table = init_head(cfg, teacher.cell, vocab, a.seed)
     del teacher
     if init is not None:
         _start_from(head, init, vocab)
-    buckets = tuple(int(b) for b in a.buckets.split(","))
     rng = np.random.default_rng(a.seed)
     per_epoch = len(make_batches(train, buckets, a.tokens_per_batch, rng))
     total = max(1, int(a.epochs * per_epoch))
@@ -492,7 +551,8 @@ def train_draft_main(argv: list[str] | None = None) -> int:
             weights = load_tensors(best, head.weight_parameters())
         else:
             weights = {n: p.asnumpy() for n, p in head.weight_parameters().items()}
-        export_head(a.out, cfg, weights, vocab.d2t, vocab.t2d, dtype=a.dtype, sources=protected)
+        export_head(a.out, cfg, weights, vocab.d2t, vocab.t2d, dtype=a.dtype,
+                    overwrite=a.overwrite or is_exported_head(a.out), sources=protected)
         print(f"exported {a.out} (best held-out: {state.get('best')})", file=sys.stderr)
 
     if a.export_only:
