@@ -524,9 +524,10 @@ def llama_cpp_permute(w, n_head):
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_tiny_gguf(model, path, quantize_embeddings=False, tokenizer=False):
+def write_tiny_gguf(model, path, quantize_embeddings=False, tokenizer=False, linear_type=None):
     """Write a llama-architecture GGUF of a HF torch model with the gguf package (what llama.cpp does);
-    ``tokenizer``: also a byte-level BPE tokenizer of single-letter tokens (enough for ``convert_gguf``)."""
+    ``tokenizer``: also a byte-level BPE tokenizer of single-letter tokens (enough for ``convert_gguf``);
+    ``linear_type``: a GGML type name ("Q4_0", "Q4_1", "Q8_0", ...) every Linear weight is quantized to."""
     import gguf
 
     cfg = model.config
@@ -570,6 +571,9 @@ def write_tiny_gguf(model, path, quantize_embeddings=False, tokenizer=False):
         if quantize_embeddings and gname == "token_embd.weight":
             q = gguf.quants.quantize(arr, gguf.GGMLQuantizationType.Q8_0)
             w.add_tensor(gname, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        elif linear_type and arr.ndim == 2 and gname != "token_embd.weight":
+            kind = gguf.GGMLQuantizationType[linear_type]
+            w.add_tensor(gname, gguf.quants.quantize(np.ascontiguousarray(arr, np.float32), kind), raw_dtype=kind)
         else:
             w.add_tensor(gname, np.ascontiguousarray(arr, np.float32))
     w.write_header_to_file()

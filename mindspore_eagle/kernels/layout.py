@@ -89,7 +89,10 @@ __all__ = ["LANES", "bf16_bits", "pack_bf16", "pack_f32", "packed_shape", "panel
 # GGUF Q4_1 blocks are (d fp16, m fp16, 16 bytes: value j in the low nibble of byte j, value j + 16 in the
 # high one); Q4_0 is (d, 16 bytes) with W = d (q - 8), stored here as m = -8 d (exact, and fma(d, q, -8d) rounds
 # the exact d (q - 8) to itself); Q8_0 is (d, 32 int8). d * q is exact in fp32 for every format, so each
-# rebuilt weight is bit-identical to ``gguf.quants.dequantize``'s float32 value (tested on real blocks).
+# rebuilt weight is bit-identical to ``gguf.quants.dequantize``'s float32 value (tested on real blocks), but for
+# one sign: Q4_0's zero weights (q = 8) under a negative d, -0 in numpy, +0 here. That sign never reaches an
+# output: a kernel's sum starts at +0 and an exact cancellation rounds to +0, so a partial sum is never -0 and
+# adding x * (+-0) to it gives the same bits either way (the Q4_0 teacher's logits equal the dense teacher's).
 
 QUANT_BLOCK = 32
 GGUF_BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}  # the GGUF formats computed exactly
