@@ -98,14 +98,17 @@ def native_blocks(model_dir: str, weights: str, matmul: MatmulChoice) -> dict:
     if not usable:
         raise ConfigError(f"--weights native: the quantized blocks are computed by the custom float32 kernels, this "
                           f"run uses {matmul}; use --dtype float32 --matmul custom, or --weights dense")
-    if not os.path.isfile(path):
+    blocks = {}
+    if os.path.isfile(path):
+        with safe_open(path, "np") as f:
+            kinds = f.metadata() or {}
+            blocks = {name: (kinds.get(name, ""), f.get_tensor(name)) for name in f.keys()}
+    if not blocks and weights == "native":
         raise ConfigError(f"--weights native: {model_dir} holds no quantized blocks ({QUANTIZED_NAME}): it was "
                           "converted from a dense checkpoint, from a GGUF whose formats are not computed exactly "
                           "(native: Q4_0, Q4_1, Q8_0), or by an earlier version (convert it again; `mindspore-eagle "
                           "setup` does so for the default model); or use --weights dense")
-    with safe_open(path, "np") as f:
-        kinds = f.metadata() or {}
-        return {name: (kinds.get(name, ""), f.get_tensor(name)) for name in f.keys()}
+    return blocks
 
 
 class Teacher:

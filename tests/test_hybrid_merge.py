@@ -80,8 +80,12 @@ def test_a_child_that_outranks_its_parent_waits_for_it():
     assert paths(m.layout) == [(), (3,), (1,)]
 
 
+# Scores on a 1e-3 grid: two distinct scores then stay distinct after exp() in float64 (the merge ranks by
+# p = exp(score); hypothesis found -5.6e-17 vs 0.0, one float32 apart, equal as p = 1.0 and so ranked by index,
+# a tie no log-softmax produces).
 candidate_sets = st.integers(1, 4).flatmap(lambda k: st.tuples(
-    st.just(k), st.integers(1, 3), st.lists(st.floats(-6, 0), min_size=k + 2 * k * k, max_size=k + 2 * k * k),
+    st.just(k), st.integers(1, 3),
+    st.lists(st.floats(-6, 0).map(lambda x: round(x, 3)), min_size=k + 2 * k * k, max_size=k + 2 * k * k),
     st.lists(st.integers(0, 7), min_size=k + 2 * k * k, max_size=k + 2 * k * k)))
 
 

@@ -109,10 +109,11 @@ def gguf_blocks_to_ours(blocks: Mapping[str, tuple[str, np.ndarray]], cfg: Teach
 
 
 def write_quantized(tmp: str, blocks: Mapping[str, tuple[str, np.ndarray]]) -> None:
-    """``quantized.safetensors``: each weight's raw GGUF rows (uint8), its GGML type in the metadata."""
-    if blocks:
-        save_tensors({n: raw for n, (_, raw) in sorted(blocks.items())}, os.path.join(tmp, QUANTIZED_NAME),
-                     metadata={"format": "mindspore_eagle.gguf_blocks", **{n: k for n, (k, _) in blocks.items()}})
+    """``quantized.safetensors``: each weight's raw GGUF rows (uint8), its GGML type in the metadata. Written for
+    every GGUF conversion, empty when no weight is in an exactly-computed format: its presence says the directory
+    was converted by a version that keeps blocks (``assets.install_default_model`` converts older ones again)."""
+    save_tensors({n: raw for n, (_, raw) in sorted(blocks.items())}, os.path.join(tmp, QUANTIZED_NAME),
+                 metadata={"format": "mindspore_eagle.gguf_blocks", **{n: k for n, (k, _) in blocks.items()}})
 
 
 def write_model_dir(out_dir: str, cfg: TeacherConfig, tensors: Mapping[str, np.ndarray],
