@@ -25,7 +25,7 @@ demo: model
 
 # Default suite (CI): everything not marked slow. MSE_REQUIRE_DEFAULT_MODEL turns a missing model into a failure.
 test: model
-	MSE_REQUIRE_DEFAULT_MODEL=1 MSE_REQUIRE_EVAL_DATA=1 $(BIN)/python -m pytest -q -m "not slow and not arm" --ignore=tests/mindformers tests
+	MSE_REQUIRE_DEFAULT_MODEL=1 MSE_REQUIRE_EVAL_DATA=1 $(BIN)/python -m pytest -q --durations=15 -m "not slow and not arm" --ignore=tests/mindformers tests
 
 test-slow: model
 	MSE_REQUIRE_DEFAULT_MODEL=1 MSE_REQUIRE_EVAL_DATA=1 $(BIN)/python -m pytest -q -m slow --ignore=tests/mindformers tests
