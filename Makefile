@@ -65,3 +65,13 @@ test-mindformers:
 	    touch $(MF_VENV)/.installed; \
 	fi
 	LOCAL_DEFAULT_PATH=$(CURDIR)/output $(MF_VENV)/bin/python -m pytest -q tests/mindformers
+
+# The llama.cpp peer of scripts/bench_peers.py in its own environment: llama-cpp-python is a source package, built
+# here with llama.cpp's default CPU options (~10 min on 2 cores the first time; later runs reuse .venv-llamacpp).
+LCPP_VENV := .venv-llamacpp
+.PHONY: bench-peers-setup
+bench-peers-setup:
+	test -x $(LCPP_VENV)/bin/python || $(PYTHON) -m venv $(LCPP_VENV)
+	$(LCPP_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LCPP_VENV)/bin/python -m pip install "llama-cpp-python==0.3.36" "numpy<2" gguf
+	$(LCPP_VENV)/bin/python -c "import llama_cpp; print('llama-cpp-python', llama_cpp.__version__, 'in $(LCPP_VENV)')"

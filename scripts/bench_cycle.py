@@ -1,7 +1,8 @@
 """What one speculative cycle costs on the default teacher, every part side by side in one run.
 
 1. Teacher forward of T = 1, 4, 8, 16, 32, 64 tokens at committed context 128 / 512 / 1024, for MindSpore's
-   MatMul (the primitive reference graph), the fused custom path in fp32 and in bf16; the ratio of each
+   MatMul (the primitive reference graph), the fused custom path in fp32 (dense weights, and the GGUF's native
+   blocks: ``native_fp32``) and in bf16; the ratio of each
    forward to the decode step (T = 1) at the same context; for the custom paths the kernels' own wall clock
    (linear kernels, attention kernel) and the rest (MindSpore dispatch, graph launch, host conversion).
 2. Commit of an accepted path whose rows move (bucket 16, path [0, 2, 4, 6, 8]): in-place row mover vs
@@ -79,11 +80,17 @@ def load_teachers(model_dir: str, max_len: int, tokens: tuple[int, ...], skip_mi
     from mindspore_eagle.kernels import MatmulChoice
     from mindspore_eagle.teacher import Teacher
 
-    runtime = RuntimeConfig(max_cache_len=max_len, buckets=tokens, prefill_chunk=max(tokens))
-    variants = {"custom_fp32": MatmulChoice("custom", "float32"), "custom_bf16": MatmulChoice("custom", "bfloat16")}
+    def runtime(weights: str) -> RuntimeConfig:
+        return RuntimeConfig(max_cache_len=max_len, buckets=tokens, prefill_chunk=max(tokens), weights=weights)
+
+    # custom_fp32: the dense fp32 weights; native_fp32: the GGUF's own blocks, the same teacher bit for bit
+    variants = {"custom_fp32": (MatmulChoice("custom", "float32"), "dense"),
+                "native_fp32": (MatmulChoice("custom", "float32"), "native"),
+                "custom_bf16": (MatmulChoice("custom", "bfloat16"), "dense")}
     if not skip_mindspore:
-        variants = {"mindspore": MatmulChoice(), **variants}
-    return {name: Teacher.load(model_dir, runtime, matmul=choice) for name, choice in variants.items()}
+        variants = {"mindspore": (MatmulChoice(), "dense"), **variants}
+    return {name: Teacher.load(model_dir, runtime(weights), matmul=choice)
+            for name, (choice, weights) in variants.items()}
 
 
 def chain_inputs(ids, start: int, bucket: int, max_len: int):

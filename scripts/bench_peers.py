@@ -16,6 +16,13 @@ prompts transformers' own chat template gives the same ids):
   that key's presence as "the head holds its own embed_tokens" and otherwise keeps a random embedding). Its tree
   budget is ours: ``total_token = max_nodes``, ``depth = our depth - 1`` (EAGLE's depth d grows d + 1 levels), same
   ``top_k``.
+* ``llamacpp greedy F`` / ``llamacpp pldK F``: llama.cpp through llama-cpp-python's ``Llama.generate`` on our ids,
+  greedy (``temp=0``, ``top_k=1``) or with its prompt lookup (``LlamaPromptLookupDecoding(num_pred_tokens=K)`` as
+  ``draft_model``), ``n_threads=2``, on the shipped GGUF as is (``F`` = its file type, ``q4_1``) and on ``f32``, a GGUF
+  of the same weights dequantized (``prepare_f32_gguf``: the values our converter and transformers compute with).
+  Its worker runs under the interpreter of a separate venv (``--llamacpp-python``, default ``.venv-llamacpp/bin/python``
+  as ``make bench-peers-setup`` builds it) and imports neither MindSpore nor torch; without that venv the rows report
+  "not run". Its precision is the file's, so its rows are measured in the first pass only.
 
 How it measures on a shared machine: every system runs in its own process (MindSpore's thread pool slows torch in a
 process where graphs ran). The processes of one *pass* (one per precision: fp32, then bf16) are started one at a time
@@ -32,7 +39,8 @@ is cut the same way (at most ``--max-new-tokens``, up to and including the first
 the last stdout line is one JSON object.
 
     python scripts/bench_peers.py [--prompts 8] [--max-new-tokens 64] [--eagle-src DIR] [--pld 3,5,10]
-        [--dtypes float32,bfloat16] [--families ours,hf,pld,eagle] [--repeats 1] [--work-dir DIR]
+        [--dtypes float32,bfloat16] [--families ours,hf,pld,eagle,llamacpp] [--llamacpp-python PATH] [--repeats 1]
+        [--work-dir DIR]
 
 ``--eagle-src`` is a checkout or a bare git directory of https://github.com/SafeAILab/EAGLE; without it the EAGLE
 rows report "not run". A default run takes ~20-30 minutes on a 2-core machine and holds up to ~9 GB resident.
@@ -61,6 +69,9 @@ REFERENCE_OURS = "ours greedy float32"
 REFERENCE_HF = "hf greedy float32"
 MARK = "@@peer "  # prefix of the worker's protocol lines on stdout; any other stdout line goes to its log
 MIN_FREE_GIB = 2.0  # a worker is not started when less memory than this is available
+FAMILIES = ("ours", "hf", "pld", "eagle", "llamacpp")
+LLAMACPP_PYTHON = ROOT / ".venv-llamacpp" / "bin" / "python"  # what `make bench-peers-setup` builds
+LLAMACPP_THREADS = 2
 
 # ----- the patched copy of SafeAILab/EAGLE ---------------------------------------------------------------------------
 
@@ -241,6 +252,74 @@ def prepare_head_copy(head_dir: str, out_dir: str) -> dict:
     return cfg
 
 
+# ----- the f32 GGUF llama.cpp computes on ----------------------------------------------------------------------------
+
+
+def source_stamp(path: str) -> str:
+    """What a file derived from ``path`` is kept for: its absolute path, size and mtime."""
+    st = os.stat(path)
+    return f"{os.path.abspath(path)} {st.st_size} {int(st.st_mtime)}"
+
+
+def gguf_label(path: str) -> str:
+    """A GGUF's declared file type as a row label: ``general.file_type`` 3 (MOSTLY_Q4_1) -> ``"q4_1"``, 0 (ALL_F32) ->
+    ``"f32"``; ``"native"`` when the file does not say."""
+    import gguf
+
+    field = gguf.GGUFReader(path).fields.get(gguf.Keys.General.FILE_TYPE)
+    if field is None:
+        return "native"
+    return gguf.LlamaFileType(int(field.contents())).name.split("_", 1)[1].lower()
+
+
+def write_f32_gguf(src: str, dst: str) -> None:
+    """``src`` with every tensor dequantized to float32 by ``gguf.quants.dequantize`` (the values our converter and
+    transformers compute with), same names and shapes; every metadata field copied, ``general.file_type`` set to
+    ALL_F32. Fields GGUFWriter writes itself (``GGUF.*``, ``general.architecture``) are not copied; the alignment is
+    set as the writer's alignment, so the data follows it."""
+    import gguf
+    import numpy as np
+
+    reader = gguf.GGUFReader(src)
+    writer = gguf.GGUFWriter(dst, reader.fields[gguf.Keys.General.ARCHITECTURE].contents(),
+                             endianess=reader.endianess)
+    for f in reader.fields.values():
+        if f.name.startswith("GGUF.") or f.name == gguf.Keys.General.ARCHITECTURE:
+            continue
+        if f.name == gguf.Keys.General.ALIGNMENT:
+            writer.add_custom_alignment(int(f.contents()))
+        elif f.name == gguf.Keys.General.FILE_TYPE:
+            writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+        else:
+            vtype = f.types[0]
+            writer.add_key_value(f.name, f.contents(), vtype,
+                                 sub_type=f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None)
+    for t in reader.tensors:
+        shape = tuple(int(d) for d in reversed(t.shape))  # GGUF lists dims fastest-first; numpy's order is reversed
+        arr = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape)
+        writer.add_tensor(t.name, np.ascontiguousarray(arr, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def prepare_f32_gguf(src: str, out_dir: str) -> str:
+    """``out_dir/<name>.f32.gguf`` written by ``write_f32_gguf`` (atomically), kept across runs while ``src`` is
+    unchanged (``source_stamp``). Returns its path."""
+    from mindspore_eagle.atomic import atomic_directory
+
+    name = os.path.basename(src)[: -len(".gguf")] if src.endswith(".gguf") else os.path.basename(src)
+    out = os.path.join(out_dir, f"{name}.f32.gguf")
+    stamp = os.path.join(out_dir, "source.txt")
+    key = source_stamp(src)
+    if os.path.isfile(out) and os.path.isfile(stamp) and Path(stamp).read_text() == key:
+        return out
+    with atomic_directory(out_dir, True, EagleError) as tmp:
+        write_f32_gguf(src, os.path.join(tmp, os.path.basename(out)))
+        Path(tmp, "source.txt").write_text(key)
+    return out
+
 
 # ----- results: one Run per row, assembled into the table and the JSON ---------------------------------------------
 
@@ -305,13 +384,20 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
 def own_greedy(name: str) -> str | None:
     """The greedy row a speculative row must reproduce, same library family and precision: ``ours spec D`` -> ``ours
     greedy D``; ``hf pldK D`` and ``eagle D`` -> ``hf greedy D`` (EAGLE's teacher is transformers 4.31's Llama code on
-    the same weights). None for greedy rows."""
+    the same weights); ``llamacpp pldK F`` -> ``llamacpp greedy F``. None for greedy rows."""
     kind, dtype = name.rsplit(" ", 1)
     if kind == "ours spec":
         return f"ours greedy {dtype}"
     if kind.startswith("hf pld") or kind == "eagle":
         return f"hf greedy {dtype}"
+    if kind.startswith("llamacpp pld"):
+        return f"llamacpp greedy {dtype}"
     return None
+
+
+def llamacpp_row(file_label: str, pld: int) -> str:
+    """``llamacpp greedy q4_1`` (pld 0) or ``llamacpp pld3 f32``: the file's label takes the place of the dtype."""
+    return f"llamacpp {f'pld{pld}' if pld else 'greedy'} {file_label}"
 
 
 def _round(x: float, n: int = 3):
@@ -503,8 +589,7 @@ def prepare_hf_base(gguf: str, out_dir: str) -> str:
 
     from mindspore_eagle.atomic import atomic_directory
 
-    st = os.stat(gguf)
-    key = f"{os.path.abspath(gguf)} {st.st_size} {int(st.st_mtime)}"
+    key = source_stamp(gguf)
     stamp = os.path.join(out_dir, "source.txt")
     if os.path.isfile(stamp) and Path(stamp).read_text() == key:
         return out_dir
@@ -584,7 +669,60 @@ class EagleSystem:
         return {self.rows[0]: self.info}
 
 
-SYSTEMS = {"ours": OursSystem, "hf": HFSystem, "eagle": EagleSystem}
+class LlamaCppSystem:
+    """llama.cpp through llama-cpp-python: ``Llama.generate`` on our ids, greedy (``temp=0``, ``top_k=1``; no repeat
+    penalty), or with its prompt lookup ``LlamaPromptLookupDecoding(num_pred_tokens=pld)`` as ``draft_model``;
+    ``LLAMACPP_THREADS`` threads for decode and prefill. The state is reset before every request (``generate`` would
+    otherwise reuse the KV of the previous prompt's common prefix, a prefill no other system skips). Runs under the
+    llama.cpp venv's interpreter: imports llama_cpp (numpy through it), never MindSpore or torch."""
+
+    def __init__(self, req: dict):
+        try:
+            import llama_cpp
+            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+        except ImportError as exc:
+            raise NotRun(f"{sys.executable} cannot import llama_cpp ({exc}); `make bench-peers-setup` builds it") \
+                from None
+
+        class CountingLlama(llama_cpp.Llama):
+            """``eval`` is one forward: the prompt, or the last committed token with the drafts after it."""
+
+            forwards = 0
+
+            def eval(self, tokens):
+                self.forwards += 1
+                return super().eval(tokens)
+
+        self.m, k = req["max_new_tokens"], req.get("pld", 0)
+        self.rows = [llamacpp_row(req["file"], k)]
+        self.eos = list(req["eos"])
+        # room for the longest prompt, the output and one round of drafts (llama.cpp allocates its KV in 256s)
+        n_ctx = -(-(max(len(ids) for ids in req["prompt_ids"]) + self.m + k + 1) // 256) * 256
+        self.llm = CountingLlama(model_path=req["gguf"], n_ctx=n_ctx, n_threads=LLAMACPP_THREADS,
+                                 n_threads_batch=LLAMACPP_THREADS, verbose=False,
+                                 draft_model=LlamaPromptLookupDecoding(num_pred_tokens=k) if k else None)
+        self.info = {"llama_cpp_version": llama_cpp.__version__, "gguf": req["gguf"], "n_threads": LLAMACPP_THREADS,
+                     "n_ctx": n_ctx, "prompt_lookup_num_tokens": k}
+        self.run(req["prompt_ids"][0])  # warm-up, untimed
+
+    def run(self, ids) -> dict[str, PromptRun]:
+        self.llm.reset()
+        self.llm.forwards = 0
+        out: list[int] = []
+        t = time.perf_counter()
+        for token in self.llm.generate(ids, top_k=1, temp=0.0, repeat_penalty=1.0):
+            out.append(int(token))
+            if len(out) >= self.m or out[-1] in self.eos:
+                break  # the generator stops here: no forward past the stop rule
+        secs = time.perf_counter() - t
+        return {self.rows[0]: PromptRun(clip(out, self.eos, self.m), secs, self.llm.forwards - 1, len(out) - 1)}
+
+    def final_info(self) -> dict:
+        imported = {"mindspore_imported": "mindspore" in sys.modules, "torch_imported": "torch" in sys.modules}
+        return {self.rows[0]: {**self.info, **imported}}
+
+
+SYSTEMS = {"ours": OursSystem, "hf": HFSystem, "eagle": EagleSystem, "llamacpp": LlamaCppSystem}
 
 
 def send(msg: dict) -> None:
@@ -625,9 +763,11 @@ class Job:
     fields: dict
 
 
-def plan_passes(families: Sequence[str], dtypes: Sequence[str], pld: Sequence[int]) -> list[tuple[str, list[Job]]]:
+def plan_passes(families: Sequence[str], dtypes: Sequence[str], pld: Sequence[int],
+                llamacpp_files: Sequence[str] = ("q4_1", "f32")) -> list[tuple[str, list[Job]]]:
     """One pass per precision, fp32 first; each pass starts with the speed reference (transformers fp32 greedy), then
-    ours (whose tree budget configures EAGLE), transformers greedy in that precision, prompt lookup, EAGLE last."""
+    ours (whose tree budget configures EAGLE), transformers greedy in that precision, prompt lookup, llama.cpp (first
+    pass only: its precision is the file's, one of ``llamacpp_files``; greedy, then prompt lookup), EAGLE last."""
     passes = []
     for dtype in sorted(dtypes, key=lambda d: d != "float32"):
         jobs = [Job("hf", (REFERENCE_HF,), {"dtype": "float32", "check_prompt_ids": not passes})]
@@ -637,6 +777,9 @@ def plan_passes(families: Sequence[str], dtypes: Sequence[str], pld: Sequence[in
             jobs.append(Job("hf", (f"hf greedy {dtype}",), {"dtype": dtype}))
         if "pld" in families:
             jobs += [Job("hf", (f"hf pld{k} {dtype}",), {"dtype": dtype, "pld": k}) for k in pld]
+        if "llamacpp" in families and not passes:
+            jobs += [Job("llamacpp", (llamacpp_row(f, k),), {"file": f, "pld": k}) for f in llamacpp_files
+                     for k in (0, *pld)]
         if "eagle" in families:
             jobs.append(Job("eagle", (f"eagle {dtype}",), {"dtype": dtype}))
         passes.append((dtype, jobs))
@@ -764,12 +907,15 @@ def run_pass(group: str, jobs: Sequence[Job], base_req: dict, args, work_dir: st
     workers: list[Worker] = []
     skipped: list[Run] = []
     for job in jobs:
-        fields = dict(job.fields)
+        fields, cmd = dict(job.fields), None
+        if job.kind in ("eagle", "llamacpp") and extra.get(job.kind) is None:
+            skipped += [Run(name, "not run", extra[f"{job.kind}_reason"], group=group) for name in job.names]
+            continue
         if job.kind == "eagle":
-            if extra.get("eagle") is None:
-                skipped += [Run(name, "not run", extra["eagle_reason"], group=group) for name in job.names]
-                continue
             fields["eagle"] = extra["eagle"]
+        if job.kind == "llamacpp":  # its own interpreter, on the file the row names
+            fields["gguf"] = extra["llamacpp"]["files"][job.fields["file"]]
+            cmd = [extra["llamacpp"]["python"], str(Path(__file__).resolve()), "--worker", job.kind]
         free = available_gib()
         if free < MIN_FREE_GIB:
             skipped += [Run(name, "not run", f"only {free:.1f} GiB of memory available when it was to start",
@@ -777,7 +923,7 @@ def run_pass(group: str, jobs: Sequence[Job], base_req: dict, args, work_dir: st
             continue
         t = time.perf_counter()
         tag = f"{group}-{job.names[-1].replace(' ', '_')}"
-        w = Worker(job, {**base_req, **fields}, work_dir, args.worker_timeout, tag)
+        w = Worker(job, {**base_req, **fields}, work_dir, args.worker_timeout, tag, cmd=cmd)
         print(f"[{group} pass: {', '.join(job.names)} {w.status} after {time.perf_counter() - t:.0f} s]",
               file=sys.stderr)
         workers.append(w)
@@ -823,14 +969,33 @@ def eagle_fields(args, work_dir: str, budget: dict | None) -> dict:
                       "base_dir": os.path.join(work_dir, "hf-base")}}
 
 
+def llamacpp_fields(python: str | None, gguf: str, work_dir: str) -> dict:
+    """``{"llamacpp": {"python": interpreter, "files": {label: GGUF path}}}``: ``gguf`` under its ``gguf_label`` and,
+    unless it is one already, the f32 GGUF of it (``prepare_f32_gguf``); or ``{"llamacpp": None, "llamacpp_reason":
+    why the llama.cpp rows cannot run}``. ``python`` None: the venv ``make bench-peers-setup`` builds, if it exists."""
+    if python is None:
+        if not LLAMACPP_PYTHON.is_file():
+            why = f"no {LLAMACPP_PYTHON}: `make bench-peers-setup` builds that venv, or pass --llamacpp-python"
+            return {"llamacpp": None, "llamacpp_reason": why}
+        python = str(LLAMACPP_PYTHON)  # not resolved: a venv's python is a symlink that finds the venv by its own path
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        return {"llamacpp": None, "llamacpp_reason": f"--llamacpp-python {python}: not an executable file"}
+    files = {gguf_label(gguf): gguf}
+    if "f32" not in files:
+        files["f32"] = prepare_f32_gguf(gguf, os.path.join(work_dir, "gguf-f32"))
+    return {"llamacpp": {"python": python, "files": files}}
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--prompts", type=int, default=8, help="N first turns spread over the evaluation set")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--dtypes", default="float32,bfloat16")
-    ap.add_argument("--families", default="ours,hf,pld,eagle")
+    ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--pld", default="3,5,10", help="prompt_lookup_num_tokens values")
     ap.add_argument("--eagle-src", default=None, help="checkout or bare git dir of SafeAILab/EAGLE")
+    ap.add_argument("--llamacpp-python", default=None,
+                    help=f"python with llama-cpp-python (default: {LLAMACPP_PYTHON.relative_to(ROOT)} if it exists)")
     ap.add_argument("--ours-flags", default="", help="extra `mindspore-eagle bench` flags, e.g. '--max-nodes 16'")
     ap.add_argument("--repeats", type=int, default=1, help="rounds over the prompts; the fastest of each is kept")
     ap.add_argument("--settle", type=float, default=0.5, help="seconds between two workers' turns")
@@ -845,7 +1010,7 @@ def parse_args(argv=None):
     args.families = [f for f in args.families.split(",") if f]
     args.pld = [int(k) for k in args.pld.split(",") if k]
     bad = ([d for d in args.dtypes if d not in ("float32", "bfloat16")]
-           + [f for f in args.families if f not in ("ours", "hf", "pld", "eagle")])
+           + [f for f in args.families if f not in FAMILIES])
     if bad or args.prompts < 1 or args.max_new_tokens < 2 or args.repeats < 1 or any(k < 1 for k in args.pld):
         ap.error(f"bad values {bad}; need --prompts >= 1, --max-new-tokens >= 2, --repeats >= 1, --pld values >= 1")
     return args
@@ -872,8 +1037,11 @@ def main(argv=None) -> int:
     load_before, t0 = os.getloadavg(), time.perf_counter()
     extra = {"budget": None, "eagle": None,
              "eagle_reason": "our speculative row did not run, so there is no tree budget to give EAGLE"}
+    llamacpp_files = tuple(dict.fromkeys((gguf_label(base_req["gguf"]), "f32")))  # the keys llamacpp_fields gives
+    if "llamacpp" in args.families:
+        extra.update(llamacpp_fields(args.llamacpp_python, base_req["gguf"], work_dir))
     runs: list[Run] = []
-    for group, jobs in plan_passes(args.families, args.dtypes, args.pld):
+    for group, jobs in plan_passes(args.families, args.dtypes, args.pld, llamacpp_files):
         runs += run_pass(group, jobs, base_req, args, work_dir, extra)
     rows = summarize_runs(runs)
     print(format_table(rows))
@@ -883,6 +1051,7 @@ def main(argv=None) -> int:
         "input_ids": "ours (encode_chat)",
         "hf_template_ids_equal_ours": None if hf_ids is None else f"{sum(hf_ids)}/{len(hf_ids)}",
         "speed_reference": f"{REFERENCE_HF}, measured in every pass",
+        "llamacpp": extra.get("llamacpp") or extra.get("llamacpp_reason"),
         "machine": {"cpus": os.cpu_count(), "load_avg_before": round(load_before[0], 2),
                     "load_avg_after": round(os.getloadavg()[0], 2)},
         "wall_s": round(time.perf_counter() - t0, 1), "systems": rows,

@@ -1,7 +1,10 @@
 """The peer benchmark's fast parts: the stop rule and the summary, the patched copy of SafeAILab/EAGLE (on a fake
 source tree: each patch applies once and changes behaviour as intended), the head copy, the transformers worker's
-measurement (on a tiny random model against a full-recompute greedy), and that transformers' chat template gives
-our prompt ids. A full run is a benchmark (scripts/bench_peers.py), not a test."""
+measurement (on a tiny random model against a full-recompute greedy), that transformers' chat template gives
+our prompt ids, and the llama.cpp rows: the f32 GGUF holds the original's dequantized tensors, the rows' names and
+their "not run" reason, and the worker's measurement through the real protocol on a stand-in ``llama_cpp`` module
+(llama-cpp-python itself lives in its own venv, never needed here). A full run is a benchmark
+(scripts/bench_peers.py), not a test."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import subprocess
 import sys
 import types
 
+import numpy as np
 import pytest
 
 from tests.helpers import default_gguf_or_skip, default_model_or_skip, make_hf_checkpoint, torch_greedy
@@ -357,3 +361,192 @@ def test_transformers_chat_template_gives_our_prompt_ids(peers):
     for prompt in DEFAULT_PROMPTS[:4]:
         ids = ours.encode_chat([{"role": "user", "content": prompt}])
         assert peers.hf_prompt_ids(theirs, prompt) == ids, prompt
+
+
+# ----- llama.cpp: the f32 GGUF, the rows, and the worker on a stand-in llama_cpp -------------------------------------
+
+
+def _tiny_quantized_gguf(path):
+    """Q4_1, Q8_0 and F32 tensors (one 3-D) with metadata of every kind the default GGUF has, 64-byte alignment."""
+    import gguf
+
+    rng = np.random.default_rng(0)
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_custom_alignment(64)
+    w.add_name("tiny")
+    w.add_block_count(1)
+    w.add_rope_freq_base(1e5)
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
+    w.add_token_list(["a", "b", "<|end|>"])
+    w.add_token_types([1, 1, 3])
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_1)
+    tensors = {"blk.0.attn_q.weight": (rng.standard_normal((8, 64)), "Q4_1"),
+               "token_embd.weight": (rng.standard_normal((3, 32)), "Q8_0"),
+               "output_norm.weight": (rng.standard_normal(7), None),
+               "blk.0.cube.weight": (rng.standard_normal((2, 3, 5)), None)}
+    for name, (arr, kind) in tensors.items():
+        arr = arr.astype(np.float32)
+        if kind:
+            qtype = gguf.GGMLQuantizationType[kind]
+            w.add_tensor(name, gguf.quants.quantize(arr, qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(name, arr)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def _gguf_contents(path):
+    import gguf
+
+    r = gguf.GGUFReader(str(path))
+    fields = {f.name: ([t.name for t in f.types], f.contents()) for f in r.fields.values()
+              if not f.name.startswith("GGUF.")}
+    tensors = {t.name: (t.tensor_type.name, [int(d) for d in t.shape],
+                        gguf.quants.dequantize(t.data, t.tensor_type).reshape([int(d) for d in reversed(t.shape)]))
+               for t in r.tensors}
+    return fields, tensors
+
+
+def test_f32_gguf_holds_the_dequantized_tensors_and_the_same_metadata(peers, tmp_path):
+    src = _tiny_quantized_gguf(tmp_path / "tiny.Q4_1.gguf")
+    out = peers.prepare_f32_gguf(str(src), str(tmp_path / "f32"))
+    assert out == str(tmp_path / "f32" / "tiny.Q4_1.f32.gguf")
+    fields, tensors = _gguf_contents(src)
+    got_fields, got_tensors = _gguf_contents(out)
+    assert got_fields.pop("general.file_type") == (["UINT32"], 0)  # ALL_F32
+    assert fields.pop("general.file_type") == (["UINT32"], 3)
+    assert got_fields == fields and fields["general.alignment"] == (["UINT32"], 64)
+    assert list(got_tensors) == list(tensors)
+    assert {n: k for n, (k, _, _) in tensors.items()}["blk.0.attn_q.weight"] == "Q4_1"
+    for name, (kind, shape, values) in tensors.items():
+        got_kind, got_shape, got_values = got_tensors[name]
+        assert got_kind == "F32" and got_shape == shape and got_values.dtype == np.float32, name
+        np.testing.assert_array_equal(got_values, values, err_msg=name)
+    assert peers.gguf_label(str(src)) == "q4_1" and peers.gguf_label(out) == "f32"
+
+    written = os.stat(out).st_mtime_ns
+    assert peers.prepare_f32_gguf(str(src), str(tmp_path / "f32")) == out and os.stat(out).st_mtime_ns == written
+    os.utime(src, (1, 1))  # the source changed: written again
+    peers.prepare_f32_gguf(str(src), str(tmp_path / "f32"))
+    assert os.stat(out).st_mtime_ns != written
+
+
+def test_llamacpp_rows_are_named_after_the_file_and_measured_in_the_first_pass_only(peers):
+    passes = peers.plan_passes(["ours", "llamacpp"], ["bfloat16", "float32"], [3, 10], ("q4_1", "f32"))
+    names = [[n for j in jobs for n in j.names] for _, jobs in passes]
+    assert names[0] == ["hf greedy float32", "ours greedy float32", "ours spec float32",
+                        "llamacpp greedy q4_1", "llamacpp pld3 q4_1", "llamacpp pld10 q4_1",
+                        "llamacpp greedy f32", "llamacpp pld3 f32", "llamacpp pld10 f32"]
+    assert not any(n.startswith("llamacpp") for n in names[1])
+    job = next(j for _, jobs in passes for j in jobs if j.names == ("llamacpp pld10 f32",))
+    assert job.kind == "llamacpp" and job.fields == {"file": "f32", "pld": 10}
+    assert peers.own_greedy("llamacpp pld3 q4_1") == "llamacpp greedy q4_1"
+    assert peers.own_greedy("llamacpp greedy f32") is None
+    assert "llamacpp" in peers.parse_args([]).families
+
+
+def test_without_a_llamacpp_venv_its_rows_say_not_run_and_why(peers, tmp_path, monkeypatch):
+    src = str(_tiny_quantized_gguf(tmp_path / "tiny.Q4_1.gguf"))
+    monkeypatch.setattr(peers, "LLAMACPP_PYTHON", tmp_path / "no-venv" / "bin" / "python")
+    missing = peers.llamacpp_fields(None, src, str(tmp_path))
+    assert missing["llamacpp"] is None and "make bench-peers-setup" in missing["llamacpp_reason"]
+    (tmp_path / "python").write_text("not executable")
+    assert "not an executable file" in peers.llamacpp_fields(str(tmp_path / "python"), src, str(tmp_path))[
+        "llamacpp_reason"]
+    assert not (tmp_path / "gguf-f32").exists()  # nothing written for rows that will not run
+
+    (_, jobs), = peers.plan_passes(["llamacpp"], ["float32"], [3])
+    jobs = [j for j in jobs if j.kind == "llamacpp"]
+    args = types.SimpleNamespace(worker_timeout=5, repeats=1, settle=0.0)
+    runs = peers.run_pass("float32", jobs, {"prompt_ids": [[1]]}, args, str(tmp_path), dict(missing))
+    assert [(r.name, r.status, r.reason) for r in runs] == [
+        (n, "not run", missing["llamacpp_reason"]) for n in ("llamacpp greedy q4_1", "llamacpp pld3 q4_1",
+                                                             "llamacpp greedy f32", "llamacpp pld3 f32")]
+    assert "NOT RUN: no " in peers.format_table(peers.summarize_runs(runs))
+
+
+# A stand-in for llama-cpp-python's ``Llama.generate`` (same calls: one ``eval`` per forward, drafts from
+# ``draft_model`` appended after the last sampled token and checked against the greedy successor) whose teacher's
+# greedy successor depends on the last token only: 7 -> 99, else a cycle 14 13 12 11 10 15.
+FAKE_LLAMA_CPP = """
+__version__ = "stand-in"
+
+def successor(t):
+    return 99 if t == 7 else 10 + (t + 1) % 6
+
+class Llama:
+    def __init__(self, model_path, n_ctx, n_threads, n_threads_batch, verbose, draft_model=None):
+        assert model_path.endswith(".gguf") and n_threads == n_threads_batch == 2 and n_ctx >= 256
+        self.draft_model, self.ids = draft_model, None
+
+    def reset(self):
+        self.ids = []
+
+    def eval(self, tokens):
+        self.ids += list(tokens)
+
+    def generate(self, tokens, top_k, temp, repeat_penalty):
+        assert self.ids == [] and (top_k, temp, repeat_penalty) == (1, 0.0, 1.0), "not reset, or not greedy"
+        pending, checked = list(tokens), len(tokens) - 1
+        while True:
+            self.eval(pending)
+            for pos in range(checked, len(self.ids)):
+                token = successor(self.ids[pos])
+                yield token
+                if pos + 1 == len(self.ids) or self.ids[pos + 1] != token:  # no draft left, or this one rejected
+                    del self.ids[pos + 1:]
+                    break
+            checked = len(self.ids)
+            pending = [token] + (list(self.draft_model(self.ids + [token])) if self.draft_model else [])
+"""
+
+FAKE_SPECULATIVE = """
+class LlamaPromptLookupDecoding:
+    def __init__(self, num_pred_tokens):
+        self.k = num_pred_tokens
+
+    def __call__(self, ids):
+        for start in range(len(ids) - 2, -1, -1):
+            if ids[start] == ids[-1]:
+                return ids[start + 1:start + 1 + self.k]
+        return []
+"""
+
+
+def test_llamacpp_worker_measures_greedy_and_prompt_lookup_without_torch_or_mindspore(peers, tmp_path, monkeypatch):
+    fake = tmp_path / "fake" / "llama_cpp"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(FAKE_LLAMA_CPP)
+    (fake / "llama_speculative.py").write_text(FAKE_SPECULATIVE)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))
+    files = {label: str(tmp_path / f"{label}.gguf") for label in ("q4_1", "f32")}  # only passed through
+    m, eos = 20, [99]
+    req = {"prompt_ids": [[1, 2, 3], [5, 7], [4, 3, 2, 3]], "eos": eos, "max_new_tokens": m, "prompts": ["", "", ""]}
+    (_, jobs), = peers.plan_passes(["llamacpp"], ["float32"], [3])
+    jobs = [j for j in jobs if j.kind == "llamacpp"]
+    args = types.SimpleNamespace(worker_timeout=60, repeats=1, settle=0.0)
+    runs = peers.run_pass("float32", jobs, req, args, str(tmp_path),
+                          {"llamacpp": {"python": sys.executable, "files": files}})
+    assert all(r.status == "ok" for r in runs), [(r.name, r.reason) for r in runs]
+    by_name = {r.name: r for r in runs}
+
+    def greedy(ids):
+        out = [ids[-1]]
+        while len(out) <= m and out[-1] not in eos:
+            out.append(10 + (out[-1] + 1) % 6 if out[-1] != 7 else 99)
+        return tuple(out[1:])
+
+    for label in ("q4_1", "f32"):
+        g, p = by_name[f"llamacpp greedy {label}"], by_name[f"llamacpp pld3 {label}"]
+        assert [x.tokens for x in g.prompts] == [x.tokens for x in p.prompts] == [greedy(i) for i in req["prompt_ids"]]
+        assert g.prompts[1].tokens == (99,) and g.prompts[1].cycles == 0  # the prefill's token alone
+        assert all(x.cycles == x.cycle_tokens == len(x.tokens) - 1 for x in g.prompts) and g.tau == 1.0
+        assert all(x.cycle_tokens == len(x.tokens) - 1 for x in p.prompts) and p.tau > 1.5  # lookups accepted
+        for r in (g, p):
+            assert r.info["gguf"] == files[label] and r.info["n_threads"] == 2
+            assert r.info["torch_imported"] is False and r.info["mindspore_imported"] is False
+    rows = peers.summarize_runs(runs)
+    assert rows["llamacpp pld3 f32"]["same_as_own_greedy"] == 3

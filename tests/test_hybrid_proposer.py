@@ -198,3 +198,22 @@ def test_after_warm_up_no_catch_up_of_the_head_compiles_inside_a_request(parts):
     prop.catch_up()
     assert prop.pending == 0 and eagle.committed_len == len(PROMPTS[2]) + len(gen.tokens) - 1
     assert eagle.first_call_s == compiled
+
+
+def test_acceptance_ratio_scales_estimates_by_what_the_teacher_accepts_and_recovers():
+    from mindspore_eagle.draft.budget import AcceptanceRatio
+
+    r = AcceptanceRatio(decay=1.0, prior=2.0)
+    assert r.factor == 1.0
+    r.observe(6.0, 1)
+    assert r.factor == pytest.approx(3 / 8)
+    np.testing.assert_allclose(r.scale(np.array([0.8, 0.4])), [0.3, 0.15])
+    r = AcceptanceRatio(decay=0.5, prior=2.0)
+    r.observe(8.0, 0)
+    low = r.factor
+    for _ in range(10):  # steps that verify no draft: the sums decay, the factor returns towards 1
+        r.observe(0.0, 0)
+    assert low < 0.5 < r.factor <= 1.0
+    assert AcceptanceRatio().scale(np.array([0.9]))[0] <= 1.0
+    r.observe(1.0, 5)  # more accepted than estimated: estimates scale up, capped at p = 1
+    assert r.factor > 1.0 and r.scale(np.array([0.9]))[0] == 1.0

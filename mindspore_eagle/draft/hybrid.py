@@ -49,7 +49,7 @@ import numpy as np
 from ..errors import ConfigError, TreeInvariantError
 from ..config import Buckets
 from ..tree.layout import TreeLayout
-from .budget import CostTracker, EagleProfile, VerifyCosts, plan_budget, should_grow
+from .budget import AcceptanceRatio, CostTracker, EagleProfile, VerifyCosts, plan_budget, should_grow
 from .grow import select_tree
 from .merge import SOURCE_BOTH, SOURCE_EAGLE, SOURCE_ROOT, SOURCE_SUFFIX, CandidateTree, MergedTree, select, union
 from .online_calibration import OnlineCalibration, labelled_nodes
@@ -127,6 +127,8 @@ class HybridProposer:
         self.costs = VerifyCosts(tuple((b, ms) for b, ms in costs.bucket_ms if b <= cap), costs.grow_ms,
                                  costs.suffix_ms)
         self.tracker = CostTracker(self.costs) if learn_costs and budget == "adaptive" else None
+        # the adaptive rule's estimates corrected by what the teacher accepts (persists across requests)
+        self.ratio = AcceptanceRatio() if budget == "adaptive" else None
         self._clock = clock
         self._proposed_at: float | None = None
         self.index = SuffixIndex(suffix.max_match)
@@ -161,8 +163,8 @@ class HybridProposer:
         suffix = self._suffix[0] if self._suffix is not None else None
         grow = self.eagle is not None and (self.mode == "eagle" or self.budget == "fixed" or not self.skip_growth
                                            or self._since_growth + 1 >= self.explore_every
-                                           or should_grow(_sorted(suffix), _best_child(suffix), self.profile,
-                                                          self.costs))
+                                           or should_grow(self._scaled(_sorted(suffix)), _best_child(suffix),
+                                                          self.profile, self.costs, self._factor()))
         steps_covered = self._since_growth + 1  # steps whose committed tokens the catch-up below writes
         self._since_growth = 0 if grow else self._since_growth + 1
         eagle = None
@@ -190,7 +192,7 @@ class HybridProposer:
             n = self.max_nodes
         else:
             draft_ms = (self.costs.suffix_ms if suffix is not None else 0.0) + (self.costs.grow_ms if grow else 0.0)
-            plan = plan_budget(cands.sorted_probs(), self.costs, draft_ms)
+            plan = plan_budget(self._scaled(cands.sorted_probs()), self.costs, draft_ms)
             n, bucket = min(plan.num_nodes, self.max_nodes), plan.bucket
         match = self.index.longest_match() if suffix is not None else 0
         return self._record(select(cands, n), grow, bucket, match)
@@ -200,6 +202,8 @@ class HybridProposer:
             self.tracker.observe(self._last.layout.num_nodes, (self._clock() - self._proposed_at) * 1000)
             self.costs = self.tracker.costs()
         self._proposed_at = None
+        if self.ratio is not None and self._last is not None:
+            self.ratio.observe(float(self._last.probs[1:].sum()), len(acceptance.path) - 1)
         if self.learner is not None and self._suffix is not None:
             tree, feats = self._suffix
             labelled, accepted = labelled_nodes(tree.tokens, tree.parents, acceptance.tokens)
@@ -215,6 +219,12 @@ class HybridProposer:
             self.log[-1] = StepProposal(last.grew, last.nodes, last.bucket, last.expected_tokens, last.suffix_match,
                                         last.source, flags)
         self._last = None
+
+    def _factor(self) -> float:
+        return self.ratio.factor if self.ratio is not None else 1.0
+
+    def _scaled(self, sorted_probs: np.ndarray) -> np.ndarray:
+        return self.ratio.scale(sorted_probs) if self.ratio is not None else sorted_probs
 
     # ----- the head's context -----------------------------------------------------------------------------
     def catch_up(self) -> None:
