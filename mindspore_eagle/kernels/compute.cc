@@ -275,38 +275,25 @@ void dequant_block(const uint8_t* blk, bool q8, float* out) {
   }
 }
 
-// A quantized job with several row blocks: each 32-row block of the chunk's panels is rebuilt once into fp32
-// panels (L1-sized) that every row block then multiplies with the fp32 blocks, the partial sums waiting in y
-// between blocks: the same weights and the same sequential chain per output as block_q, without rebuilding
-// the weights once per row block.
+// A quantized job with several row blocks: the chunk's panels are rebuilt once into fp32 panels (all K rows,
+// L2-sized) that the fp32 path then multiplies exactly as it multiplies dense panels -- the same weights and
+// the same sequential chain per output as block_q, without rebuilding the weights once per row block.
+void dense_chunk(const LinearJob& c, int64_t p0, int64_t p1, const float* wf);
+
 void quant_chunk_rows(const LinearJob& c, int64_t p0, int64_t p1) {
   const bool q8 = c.fmt == kQ8;
   const int64_t KB = c.K / kQBlock, bytes = q8 ? kQ8Bytes : kQ4Bytes;
   thread_local std::vector<float> tmp;
-  tmp.resize((size_t)((p1 - p0) * kQBlock * kLanes));
-  for (int64_t kb = 0; kb < KB; ++kb) {
-    for (int64_t p = p0; p < p1; ++p)
-      dequant_block(c.wq + (p * KB + kb) * bytes, q8, tmp.data() + (p - p0) * kQBlock * kLanes);
-    const bool first = kb == 0, last = kb == KB - 1;
-    for (int64_t m0 = 0; m0 < c.M; m0 += kMaxRM) {
-      const int rm = (int)std::min<int64_t>(kMaxRM, c.M - m0);
-      const int rn_max = std::min(kMaxRN, panels_for_rows(rm));
-      for (int64_t p = p0; p < p1; p += rn_max) {
-        const int rn = (int)std::min<int64_t>(rn_max, p1 - p);
-        const int64_t n0 = p * kLanes;
-        kBlocksF32[rm - 1][rn - 1](c.x + m0 * c.K + kb * kQBlock, c.K, tmp.data() + (p - p0) * kQBlock * kLanes,
-                                   kQBlock, 0, kQBlock, kPrefetchRows, c.y + m0 * c.N + n0, c.N,
-                                   last && c.bias ? c.bias + n0 : nullptr,
-                                   last && c.res ? c.res + m0 * c.N + n0 : nullptr, first, c.N - n0);
-      }
-    }
-  }
+  tmp.resize((size_t)((p1 - p0) * c.K * kLanes));
+  for (int64_t p = p0; p < p1; ++p)
+    for (int64_t kb = 0; kb < KB; ++kb)
+      dequant_block(c.wq + (p * KB + kb) * bytes, q8, tmp.data() + ((p - p0) * c.K + kb * kQBlock) * kLanes);
+  dense_chunk(c, p0, p1, tmp.data());
 }
 
-// Computes chunk `item` of the job into y: for each K slab, every row block of the chunk's panels.
-void linear_chunk(const LinearJob& c, int64_t item) {
-  const int64_t p0 = item * c.chunk, p1 = std::min(c.np, p0 + c.chunk);
-  if ((c.fmt == kQ4 || c.fmt == kQ8) && c.M > kMaxRM) return quant_chunk_rows(c, p0, p1);
+// Panels [p0, p1) of a job whose weights are fp32 panels (wf: panel p0; dense jobs pass their own) or bf16
+// panels: for each K slab, every row block of the panels.
+void dense_chunk(const LinearJob& c, int64_t p0, int64_t p1, const float* wf) {
   const int64_t depth = c.fmt == kBf16 ? c.K2 : c.K;  // reduction steps: pairs (bf16) or rows
   const int64_t slab = slab_for_rows(c.M, depth), pf = slab < depth ? slab : kPrefetchRows;
   for (int64_t k0 = 0; k0 < depth; k0 += slab) {
@@ -323,19 +310,35 @@ void linear_chunk(const LinearJob& c, int64_t item) {
         const float* bias = last && c.bias ? c.bias + n0 : nullptr;
         const float* res = last && c.res ? c.res + m0 * c.N + n0 : nullptr;
         if (c.fmt == kBf16) {
-          kBlocksBf16[rm - 1][rn - 1](c.xq + m0 * c.K2, c.K2, c.wb + p * c.K2 * 2 * kLanes, c.K2, k0, k1, pf, y, c.N, bias,
-                                res, first, c.N - n0);
-        } else if (c.fmt == kQ4 || c.fmt == kQ8) {
-          const int64_t KB = c.K / kQBlock, bytes = c.fmt == kQ4 ? kQ4Bytes : kQ8Bytes;
-          (c.fmt == kQ4 ? kBlocksQ4 : kBlocksQ8)[rm - 1][rn - 1](c.x + m0 * c.K, c.K, c.wq + p * KB * bytes, KB, k0, k1, y, c.N,
-                                                     bias, res, first, c.N - n0);
+          kBlocksBf16[rm - 1][rn - 1](c.xq + m0 * c.K2, c.K2, c.wb + p * c.K2 * 2 * kLanes, c.K2, k0, k1, pf, y, c.N,
+                                      bias, res, first, c.N - n0);
         } else {
-          kBlocksF32[rm - 1][rn - 1](c.x + m0 * c.K, c.K, c.wf + p * c.K * kLanes, c.K, k0, k1, pf, y, c.N, bias, res,
-                               first, c.N - n0);
+          kBlocksF32[rm - 1][rn - 1](c.x + m0 * c.K, c.K, wf + (p - p0) * c.K * kLanes, c.K, k0, k1, pf, y, c.N, bias,
+                                     res, first, c.N - n0);
         }
       }
     }
   }
+}
+
+// Chunk `item` of the job into y. Quantized weights with at most one row block (decode, small trees) go
+// through block_q, which rebuilds each weight in registers on its way to the row block's accumulators.
+void linear_chunk(const LinearJob& c, int64_t item) {
+  const int64_t p0 = item * c.chunk, p1 = std::min(c.np, p0 + c.chunk);
+  if ((c.fmt == kQ4 || c.fmt == kQ8) && c.M > kMaxRM) return quant_chunk_rows(c, p0, p1);
+  if (c.fmt == kQ4 || c.fmt == kQ8) {
+    const int64_t KB = c.K / kQBlock, bytes = c.fmt == kQ4 ? kQ4Bytes : kQ8Bytes;
+    const int rm = (int)c.M, rn_max = std::min(kMaxRN, panels_for_rows(rm));
+    for (int64_t p = p0; p < p1 && rm > 0; p += rn_max) {
+      const int rn = (int)std::min<int64_t>(rn_max, p1 - p);
+      const int64_t n0 = p * kLanes;
+      (c.fmt == kQ4 ? kBlocksQ4 : kBlocksQ8)[rm - 1][rn - 1](c.x, c.K, c.wq + p * KB * bytes, KB, 0, c.K, c.y + n0,
+                                                             c.N, c.bias ? c.bias + n0 : nullptr,
+                                                             c.res ? c.res + n0 : nullptr, true, c.N - n0);
+    }
+    return;
+  }
+  dense_chunk(c, p0, p1, c.wf + p0 * c.K * kLanes);
 }
 
 // Prologues: the activations a fused Linear multiplies, computed per row from its input (so they depend on that
