@@ -98,8 +98,10 @@ def test_a_table_that_underestimates_acceptance_is_corrected_while_drafting():
     prompt, output = seq[:60], seq[60:]
     tau = {}
     for learn in (False, True):
+        # learn_ratio=False: the proposer's global AcceptanceRatio would correct the scaled table too; the test
+        # isolates the online table's own correction
         prop = HybridProposer("suffix", "adaptive", max_nodes=64, calibration=low, costs=costs, learn_costs=False,
-                              learn_acceptance=learn)
+                              learn_acceptance=learn, learn_ratio=False)
         steps = replay(prop, prompt, output)
         assert sum(s.emitted for s in steps) == len(output) - 1
         tau[learn] = np.mean([s.emitted for s in steps])

@@ -85,13 +85,15 @@ class HybridProposer:
     ``CostTracker`` that follows the step costs this proposer observes (``clock`` is its time source).
     ``learn_acceptance`` (suffix source on): ``calibration`` (default: the shipped table) is the prior of an
     ``OnlineCalibration`` that every verified step corrects with the suffix candidates it labels; like the
-    profile, it persists across requests."""
+    profile, it persists across requests. ``learn_ratio`` (adaptive only): scale every estimate by what the
+    teacher accepts (``budget.AcceptanceRatio``), also across requests."""
 
     def __init__(self, mode: str = "hybrid", budget: str = "fixed", eagle=None, max_nodes: int = 16,
                  suffix: SuffixConfig = SuffixConfig(), calibration: SuffixCalibration | None = None,
                  costs: VerifyCosts | None = None, buckets: Sequence[int] | None = None, eagle_power: float = 1.0,
                  skip_growth: bool = True, explore_every: int = 32, learn_costs: bool = True,
-                 learn_acceptance: bool = False, clock: Callable[[], float] = time.perf_counter):
+                 learn_acceptance: bool = False, learn_ratio: bool = True,
+                 clock: Callable[[], float] = time.perf_counter):
         if mode not in MODES:
             raise ConfigError(f"HybridProposer mode={mode!r}: expected one of {MODES}")
         if budget not in BUDGETS:
@@ -128,7 +130,7 @@ class HybridProposer:
                                  costs.suffix_ms)
         self.tracker = CostTracker(self.costs) if learn_costs and budget == "adaptive" else None
         # the adaptive rule's estimates corrected by what the teacher accepts (persists across requests)
-        self.ratio = AcceptanceRatio() if budget == "adaptive" else None
+        self.ratio = AcceptanceRatio() if budget == "adaptive" and learn_ratio else None
         self._clock = clock
         self._proposed_at: float | None = None
         self.index = SuffixIndex(suffix.max_match)
