@@ -1,5 +1,6 @@
-"""Custom CPU kernels: batch-invariant small-M matmuls in fp32 and bf16 (AVX-512 / AVX512-BF16), and fused
-cached attention with in-place KV cache writes.
+"""Custom CPU kernels: batch-invariant small-M matmuls in fp32, bf16 and GGUF-quantized weights computed exactly,
+and fused cached attention with in-place KV cache writes; one source compiled per instruction set (AVX-512, AVX2,
+NEON, portable), every path computing the same bits.
 
 Why: MindSpore's CPU MatMul is efficient at one row but costs 2.6-3.5x that at 8-16 rows, so a tree
 verification cost two decode steps and speculation lost. These kernels stream each weight once per call for
@@ -11,8 +12,9 @@ attention kernel (attention.cc) does RoPE, the cache write and the attention of 
 visible rows only, with the same batch invariance.
 
     choice.py     MatmulChoice: which backend/dtype a model's Linears use (passed explicitly)
-    layout.py     packed panel layouts of the weights (numpy, made once at load)
-    build.py      compiles linear.cc + attention.cc + layer.cc into the project home, loads it, or says why not
+    layout.py     packed panel layouts of the weights (numpy, made once at load), GGUF blocks included
+    build.py      compiles compute.cc once per instruction set + isa.cc, linear.cc, attention.cc, layer.cc into one
+                  library in the project home, loads it, or says why not; builds the self-test (selftest.cc)
     ops.py        LinearKernel (the AOT Custom op + packed weight, fused RMSNorm/SwiGLU/residual variants),
                   select_matmul, pack_weights, check_packed
     cache_ops.py  TreeAttentionKernel (fused attention, in-place K/V writes), RowMoveKernel (in-place commit),

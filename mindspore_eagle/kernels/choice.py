@@ -5,8 +5,9 @@ down through the model constructors to every ``Linear``; there is no process-wid
 default, ``MatmulChoice()``, is MindSpore's own ``MatMul`` in fp32: what every model did before the kernels.
 
     MatmulChoice("mindspore", "float32")   ops.MatMul on the weight Parameter (has a gradient: training uses it)
-    MatmulChoice("custom", "float32")      the AVX-512 kernel of kernels/linear.cc on a packed fp32 copy
-    MatmulChoice("custom", "bfloat16")     the AVX512-BF16 kernel: bf16 weights and activations, fp32 sums
+    MatmulChoice("custom", "float32")      the kernels of kernels/compute.cc (AVX-512, AVX2, NEON or portable: the same
+                                           bits) on a packed fp32 copy, or on the GGUF's blocks (``--weights native``)
+    MatmulChoice("custom", "bfloat16")     bf16 weights and activations, fp32 sums (AVX512-BF16, or widened exactly)
 
 The custom kernels have no backward pass (no ``bprop``): a trainer must keep the "mindspore" choice.
 """
