@@ -19,7 +19,7 @@ Two implementations of the same copy: ``ops.gather_nd`` + ``ops.scatter_nd_updat
 on the CPU every ScatterNdUpdate copies its whole buffer, 60 buffers per commit of the default teacher), and
 the in-place ``kernels.RowMoveKernel`` (one op that copies only the moved rows). A copy is a copy: both leave
 bit-identical buffers (tests/test_cache_commit.py runs both). ``inplace=None`` picks the kernel where the
-kernel library runs (x86-64 Linux with AVX-512, MindSpore on the CPU).
+kernel library runs (x86-64 or AArch64 Linux, MindSpore on the CPU).
 """
 
 from __future__ import annotations
