@@ -498,35 +498,12 @@ void transpose_keys(const float* k, int64_t D, int64_t j0, int64_t j1, float* kt
   }
 }
 
-// scores s[i][16 c + l] = sum_d q[i][d] kt[d][16 c + l] for RM query rows and RN column vectors.
+// out[i][16 c + l] = sum_{j < n} a[i][j] b[j][16 c + l], a sequential fma chain in j per lane, for RM rows of a
+// (row stride lda) and RN 16-lane vectors of b (row stride ldb). Both attention products are this one block:
+//     scores  s = q kt   (a = q [rows][D], b = transposed keys [D][columns], n = D)
+//     output  o = p v    (a = p [rows][columns], b = values [columns][D], n = the columns)
 template <int RM, int RN>
-void qk_block(const float* q, int64_t D, const float* kt, int64_t ldk, float* s, int64_t lds) {
-  R acc[RM][RN][kSub];
-  for (int i = 0; i < RM; ++i)
-    for (int c = 0; c < RN; ++c)
-      for (int u = 0; u < kSub; ++u) acc[i][c][u] = rset1(0.0f);
-  for (int64_t d = 0; d < D; ++d) {
-    R w[RN][kSub];
-    for (int c = 0; c < RN; ++c)
-      for (int u = 0; u < kSub; ++u) w[c][u] = rload(kt + d * ldk + c * kLanes + u * kRL);
-    for (int i = 0; i < RM; ++i) {
-      const R b = rset1(q[i * D + d]);
-      for (int c = 0; c < RN; ++c)
-        for (int u = 0; u < kSub; ++u) acc[i][c][u] = rfma(b, w[c][u], acc[i][c][u]);
-    }
-  }
-  for (int i = 0; i < RM; ++i)
-    for (int c = 0; c < RN; ++c) {
-      V a;
-      for (int u = 0; u < kSub; ++u) set_part(a, u, acc[i][c][u]);
-      store(s + i * lds + c * kLanes, a);
-    }
-}
-
-// o[i][16 c + l] = sum_{j < n} p[i][j] v[j][16 c + l] (sequential in j), RM rows x RN 16-dim vectors; v rows
-// have stride D.
-template <int RM, int RN>
-void pv_block(const float* p, int64_t ldp, const float* v, int64_t D, int64_t n, float* o, int64_t ldo) {
+void rows_block(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t n, float* out, int64_t ldo) {
   R acc[RM][RN][kSub];
   for (int i = 0; i < RM; ++i)
     for (int c = 0; c < RN; ++c)
@@ -534,42 +511,32 @@ void pv_block(const float* p, int64_t ldp, const float* v, int64_t D, int64_t n,
   for (int64_t j = 0; j < n; ++j) {
     R w[RN][kSub];
     for (int c = 0; c < RN; ++c)
-      for (int u = 0; u < kSub; ++u) w[c][u] = rload(v + j * D + c * kLanes + u * kRL);
+      for (int u = 0; u < kSub; ++u) w[c][u] = rload(b + j * ldb + c * kLanes + u * kRL);
     for (int i = 0; i < RM; ++i) {
-      const R b = rset1(p[i * ldp + j]);
+      const R x = rset1(a[i * lda + j]);
       for (int c = 0; c < RN; ++c)
-        for (int u = 0; u < kSub; ++u) acc[i][c][u] = rfma(b, w[c][u], acc[i][c][u]);
+        for (int u = 0; u < kSub; ++u) acc[i][c][u] = rfma(x, w[c][u], acc[i][c][u]);
     }
   }
   for (int i = 0; i < RM; ++i)
     for (int c = 0; c < RN; ++c) {
-      V a;
-      for (int u = 0; u < kSub; ++u) set_part(a, u, acc[i][c][u]);
-      store(o + i * ldo + c * kLanes, a);
+      V v;
+      for (int u = 0; u < kSub; ++u) set_part(v, u, acc[i][c][u]);
+      store(out + i * ldo + c * kLanes, v);
     }
 }
 
-using QkFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t);
-using PvFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*, int64_t);
+using RowsFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*, int64_t);
 
 template <int RM, int... RNs>
-constexpr std::array<QkFn, sizeof...(RNs)> qk_row(std::integer_sequence<int, RNs...>) {
-  return {&qk_block<RM, RNs + 1>...};
-}
-template <int RM, int... RNs>
-constexpr std::array<PvFn, sizeof...(RNs)> pv_row(std::integer_sequence<int, RNs...>) {
-  return {&pv_block<RM, RNs + 1>...};
+constexpr std::array<RowsFn, sizeof...(RNs)> rows_row(std::integer_sequence<int, RNs...>) {
+  return {&rows_block<RM, RNs + 1>...};
 }
 template <int... RMs>
-constexpr std::array<std::array<QkFn, kAttRN>, sizeof...(RMs)> qk_table(std::integer_sequence<int, RMs...>) {
-  return {qk_row<RMs + 1>(std::make_integer_sequence<int, kAttRN>{})...};
+constexpr std::array<std::array<RowsFn, kAttRN>, sizeof...(RMs)> rows_table(std::integer_sequence<int, RMs...>) {
+  return {rows_row<RMs + 1>(std::make_integer_sequence<int, kAttRN>{})...};
 }
-template <int... RMs>
-constexpr std::array<std::array<PvFn, kAttRN>, sizeof...(RMs)> pv_table(std::integer_sequence<int, RMs...>) {
-  return {pv_row<RMs + 1>(std::make_integer_sequence<int, kAttRN>{})...};
-}
-const auto kQk = qk_table(std::make_integer_sequence<int, kAttRM>{});  // [RM - 1][RN - 1]
-const auto kPv = pv_table(std::make_integer_sequence<int, kAttRM>{});
+const auto kRows = rows_table(std::make_integer_sequence<int, kAttRM>{});  // [RM - 1][RN - 1]
 
 // Lanes of the 16 columns from j that are visible: inside the span and (unless the row sees nothing) with a mask
 // value above the threshold.
@@ -698,7 +665,7 @@ int attention(const AttentionCall& c) {
         const int64_t lds = ncol;
         for (int64_t j = c0; j < c1; j += kAttRN * kLanes) {
           const int rn = (int)std::min<int64_t>(kAttRN, (c1 - j) / kLanes);
-          kQk[rm - 1][rn - 1](sc.q.data() + i0 * D, D, sc.kt.data() + (j - k0), ncol, s + (j - c0), lds);
+          kRows[rm - 1][rn - 1](sc.q.data() + i0 * D, D, sc.kt.data() + (j - k0), ncol, D, s + (j - c0), lds);
         }
         float l[kAttRM];
         for (int i = 0; i < rm; ++i) {
@@ -707,7 +674,7 @@ int attention(const AttentionCall& c) {
         }
         for (int64_t d0 = 0; d0 < D; d0 += kAttRN * kLanes) {  // columns [blo, bhi): p from s[blo - c0]
           const int rn = (int)std::min<int64_t>(kAttRN, (D - d0) / kLanes);
-          kPv[rm - 1][rn - 1](s + (blo - c0), lds, vh + blo * D + d0, D, bhi - blo, sc.o.data() + d0, D);
+          kRows[rm - 1][rn - 1](s + (blo - c0), lds, vh + blo * D + d0, D, bhi - blo, sc.o.data() + d0, D);
         }
         for (int i = 0; i < rm; ++i) {
           const int64_t t = (i0 + i) / rep, h = g * rep + (i0 + i) % rep;
