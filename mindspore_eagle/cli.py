@@ -9,6 +9,8 @@ Sub-commands:
   eval      greedy vs speculative on the 240-turn evaluation set (MT-Bench + HumanEval), sharded, resumable,
             one structured trace line per speculative step and per turn
   report    metrics, per-category tables and plots from evaluation traces
+  serve     an OpenAI-compatible HTTP server (continuous batching, speculation per request), on 127.0.0.1
+  bench-batch  the batch engine at several concurrencies, speculation on vs off; last line is a JSON summary
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import os
 import sys
 import time
 
-from .errors import EagleError
+from .errors import ConfigError, EagleError
 
 # The drafting the CLI uses unless told otherwise (the best combination of the drafting ablation, README "Results").
 DEFAULT_PROPOSER = "hybrid"
@@ -257,6 +259,59 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _batch_runtime(args: argparse.Namespace):
+    from .config import Buckets, RuntimeConfig
+    from .serving.stack import SERVING_BUCKETS
+
+    return RuntimeConfig(device=args.device, dtype=args.dtype, matmul=args.matmul, weights=args.weights,
+                         buckets=Buckets.parse(args.buckets) if args.buckets else Buckets(SERVING_BUCKETS))
+
+
+def _build_batch(args: argparse.Namespace):
+    from .serving.stack import build_batch
+
+    return build_batch(args.model, args.max_seqs, args.max_cache_len, _batch_runtime(args), args.drafting,
+                       args.max_nodes, getattr(args, "max_queued", 256))
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .serving.server import ServerConfig, create_app
+
+    if not 0 < args.port < 65536:
+        raise ConfigError(f"--port {args.port}: must be in 1..65535")
+    stack = _build_batch(args)
+    if args.warmup:
+        print(f"warming up (compiling {len(stack.engine.buckets.sizes)} buckets) ...", file=sys.stderr, flush=True)
+        print(f"warm-up took {stack.engine.warm_up():.1f} s", file=sys.stderr, flush=True)
+    name = args.model_name or os.path.basename(stack.model_dir.rstrip("/"))
+    app = create_app(stack.engine, stack.tokenizer, stack.eos, ServerConfig(name, args.default_max_tokens))
+    print(f"serving {name!r} on http://{args.host}:{args.port}/v1 (max_seqs {args.max_seqs}, context "
+          f"{args.max_cache_len}, drafting {stack.drafting})", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=10)
+    return 0
+
+
+def cmd_bench_batch(args: argparse.Namespace) -> int:
+    import json
+
+    from .bench import load_prompts
+    from .serving.bench import bench_batch
+
+    conc = [int(c) for c in args.concurrency.split(",")]
+    if not conc or min(conc) < 1:
+        raise ConfigError(f"--concurrency {args.concurrency!r}: comma-separated integers >= 1")
+    args.max_seqs = max(conc)
+    stack = _build_batch(args)
+    prompts = load_prompts(args.prompts)
+    ids = [stack.tokenizer.encode_chat([{"role": "user", "content": p}]) for p in prompts]
+    print(f"warm-up {stack.engine.warm_up(sampling=False):.1f} s", file=sys.stderr, flush=True)
+    summary = bench_batch(stack.engine, ids, conc, args.max_new_tokens, stack.eos, stack.drafting != "none")
+    print(json.dumps(summary))
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     import os
 
@@ -332,7 +387,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--json", default=None, help="also write the metrics to this JSON file")
     p.set_defaults(fn=cmd_report)
+    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with continuous batching (127.0.0.1 by default)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--model-name", default=None, help="the model id clients use (default: the model directory's name)")
+    p.add_argument("--max-queued", type=int, default=64, help="requests that may wait for a slot; more get 429")
+    p.add_argument("--default-max-tokens", type=int, default=256, help="max_tokens of a request that gives none")
+    p.add_argument("--no-warmup", dest="warmup", action="store_false", help="compile lazily at the first requests")
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    _add_batch_flags(p)
+    p.set_defaults(fn=cmd_serve)
+    p = sub.add_parser("bench-batch", help="the batch engine at several concurrencies, speculation on vs off")
+    p.add_argument("--prompts", default="evalset:16", help="as for bench (default evalset:16)")
+    p.add_argument("--concurrency", default="1,2,4,8,16", help="comma-separated concurrencies (default 1,2,4,8,16)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    _add_batch_flags(p, max_seqs=False)
+    p.set_defaults(fn=cmd_bench_batch)
     return parser
+
+
+def _add_batch_flags(p: argparse.ArgumentParser, max_seqs: bool = True) -> None:
+    p.add_argument("--model", default=None, help="converted model directory (default: the installed SmolLM2)")
+    if max_seqs:
+        p.add_argument("--max-seqs", type=int, default=8, help="requests decoded together (cache slots; default 8)")
+    p.add_argument("--max-cache-len", type=int, default=1024,
+                   help="tokens per request, prompt + completion (each slot's cache rows; default 1024)")
+    p.add_argument("--drafting", choices=["suffix", "none"], default="suffix",
+                   help="suffix: model-free drafts ranked across requests by the global budget (lossless); none")
+    p.add_argument("--max-nodes", type=int, default=None,
+                   help="bound on the nodes a step verifies per request, root included (default: the largest bucket)")
+    p.add_argument("--device", choices=["CPU", "Ascend"], default="CPU")
+    p.add_argument("--buckets", default=None, help="row buckets of the batched forward (default 1,2,4,8,16,32,64)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    p.add_argument("--matmul", choices=["auto", "custom", "mindspore"], default="auto")
+    p.add_argument("--weights", choices=["auto", "dense", "native"], default="auto")
 
 
 def main(argv: list[str] | None = None) -> int:

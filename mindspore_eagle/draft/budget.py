@@ -80,6 +80,24 @@ class VerifyCosts:
         return VerifyCosts(tuple((b, known[b]) for b in sorted(set(buckets))), self.grow_ms, self.suffix_ms)
 
 
+    def covering(self, buckets: Sequence[int]) -> "VerifyCosts":
+        """The costs of ``buckets``, a bucket without a measured cost priced by linear interpolation between its
+        measured neighbours (beyond the largest: that cost scaled by the row ratio). A prior only: the batch
+        engine's ``CostTracker`` replaces it with what it measures. Example, {1: 20, 8: 48}: bucket 4 -> 32 ms."""
+        known = dict(self.bucket_ms)
+        xs = np.array(sorted(known), np.float64)
+        ys = np.array([known[int(x)] for x in xs], np.float64)
+        out = []
+        for b in sorted(set(int(b) for b in buckets)):
+            if b in known:
+                out.append((b, known[b]))
+            elif b > xs[-1]:
+                out.append((b, float(ys[-1] * b / xs[-1])))
+            else:
+                out.append((b, float(np.interp(b, xs, ys))))
+        return VerifyCosts(tuple(out), self.grow_ms, self.suffix_ms)
+
+
 @dataclass(frozen=True)
 class BudgetPlan:
     """The adaptive rule's choice for one step."""

@@ -51,7 +51,8 @@ from ..config import Buckets
 from ..tree.layout import TreeLayout
 from .budget import AcceptanceRatio, CostTracker, EagleProfile, VerifyCosts, plan_budget, should_grow
 from .grow import select_tree
-from .merge import SOURCE_BOTH, SOURCE_EAGLE, SOURCE_ROOT, SOURCE_SUFFIX, CandidateTree, MergedTree, select, union
+from .merge import (SOURCE_BOTH, SOURCE_EAGLE, SOURCE_ROOT, SOURCE_SUFFIX, CandidateTree, MergedTree,
+                    SourcedCandidates, select, union)
 from .online_calibration import OnlineCalibration, labelled_nodes
 from .suffix import NodeFeatures, SuffixCalibration, SuffixConfig, SuffixIndex, default_calibration, suffix_proposal
 
@@ -139,6 +140,8 @@ class HybridProposer:
         self._pending_tokens: list[int] = []
         self._pending_feats: list[np.ndarray] = []
         self._last: MergedTree | None = None
+        self._grew = False  # the last draft grew the head
+        self.draft_ms = 0.0  # the last draft's cost (the adaptive rule's draft_ms)
 
     # ----- the engine's Proposer protocol -----------------------------------------------------------------
     def begin(self, prompt: Sequence[int], aux_hidden: np.ndarray, first_token: int) -> None:
@@ -156,6 +159,31 @@ class HybridProposer:
             self._queue(list(prompt[1:]) + [int(first_token)], aux_hidden)
 
     def propose(self, root_token: int) -> TreeLayout:
+        cands = self.draft(root_token)
+        if not isinstance(cands, SourcedCandidates):  # eagle + fixed: the head's own tree, already selected
+            return cands
+        bucket = None
+        if self.budget == "fixed":
+            n = self.max_nodes
+        else:
+            plan = plan_budget(self.scaled_probs(cands), self.costs, self.draft_ms)
+            n, bucket = min(plan.num_nodes, self.max_nodes), plan.bucket
+        return self.finish(cands, n, bucket)
+
+    def scaled_probs(self, cands: SourcedCandidates) -> np.ndarray:
+        """The candidates' non-root acceptance estimates, largest first, as the adaptive rule ranks them (corrected
+        by the acceptance ratio when it learns one). The batch engine ranks every request's together."""
+        return self._scaled(cands.sorted_probs())
+
+    def finish(self, cands: SourcedCandidates, n: int, bucket: int | None = None) -> TreeLayout:
+        """The tree of the ``n`` best candidates (root included, at most ``max_nodes``) of the last ``draft``."""
+        n = max(1, min(int(n), self.max_nodes))
+        match = self.index.longest_match() if self._suffix is not None else 0
+        return self._record(select(cands, n), self._grew, bucket, match)
+
+    def draft(self, root_token: int):
+        """Phase one of ``propose``: the step's candidates (``SourcedCandidates``; ``draft_ms`` their cost), or, for
+        the plain EAGLE-3 proposer (eagle mode, fixed budget), its tree (``TreeLayout``) outright."""
         root = int(root_token)
         if self.index.tokens[-1] != root:
             raise TreeInvariantError(f"propose({root}): the committed sequence ends with {self.index.tokens[-1]}; "
@@ -188,16 +216,9 @@ class HybridProposer:
                                                source), True, None, 0)
             eagle = CandidateTree.from_eagle(root, scores, tokens, parents, self.eagle_power)
             self.profile.update(_sorted(eagle))
-        cands = union(eagle, suffix)
-        bucket = None
-        if self.budget == "fixed":
-            n = self.max_nodes
-        else:
-            draft_ms = (self.costs.suffix_ms if suffix is not None else 0.0) + (self.costs.grow_ms if grow else 0.0)
-            plan = plan_budget(self._scaled(cands.sorted_probs()), self.costs, draft_ms)
-            n, bucket = min(plan.num_nodes, self.max_nodes), plan.bucket
-        match = self.index.longest_match() if suffix is not None else 0
-        return self._record(select(cands, n), grow, bucket, match)
+        self._grew = grow
+        self.draft_ms = (self.costs.suffix_ms if suffix is not None else 0.0) + (self.costs.grow_ms if grow else 0.0)
+        return union(eagle, suffix)
 
     def accept(self, acceptance, aux_hidden: np.ndarray) -> None:
         if self.tracker is not None and self._proposed_at is not None and self._last is not None:

@@ -597,6 +597,65 @@ struct Scratch {
   std::vector<Span> spans;
 };
 
+// Attention of tokens [t0, t1) of batch entry b, whose spans lie in [jlo, jhi): keys transposed once per KV head
+// over the group's columns, rows blocked within the group only.
+void attend_group(const AttentionCall& c, int64_t b, int64_t t0, int64_t t1, int64_t jlo, int64_t jhi, float scale,
+                  Scratch& sc) {
+  const int64_t T = c.T, H = c.H, Hkv = c.Hkv, D = c.D, S = c.S, W = (H + 2 * Hkv) * D, rep = H / Hkv;
+  const float* qkv = c.qkv;
+  const float* cosv = c.cos;
+  const float* sinv = c.sin;
+  const float* mask = c.mask;
+  const float* kc = c.k_cache;
+  const float* vc = c.v_cache;
+  float* out = c.out;
+  const int64_t k0 = floor16(jlo), ncol = ceil16(jhi) - k0;  // the group's key columns [k0, k0 + ncol)
+  sc.kt.resize((size_t)(D * ncol));
+  sc.s.resize((size_t)(kAttRM * ncol));
+  sc.packed.resize((size_t)ncol);
+  for (int64_t g = 0; g < Hkv; ++g) {
+    const float* kh = kc + (b * Hkv + g) * S * D;
+    const float* vh = vc + (b * Hkv + g) * S * D;
+    transpose_keys(kh, D, k0, jhi, sc.kt.data(), ncol);
+    // queries of KV head g, row i = (t - t0) * rep + r (head g * rep + r of token t), roped
+    for (int64_t t = t0; t < t1; ++t)
+      for (int64_t r = 0; r < rep; ++r)
+        rope(qkv + (b * T + t) * W + (g * rep + r) * D, cosv + (b * T + t) * D, sinv + (b * T + t) * D, D,
+             sc.q.data() + ((t - t0) * rep + r) * D);
+    const int64_t rows = (t1 - t0) * rep;
+    for (int64_t i0 = 0; i0 < rows; i0 += kAttRM) {
+      const int rm = (int)std::min<int64_t>(kAttRM, rows - i0);
+      int64_t blo = S, bhi = 0;  // the block's column union
+      for (int i = 0; i < rm; ++i) {
+        const Span sp = sc.spans[t0 + (i0 + i) / rep];
+        blo = std::min(blo, sp.lo);
+        bhi = std::max(bhi, sp.hi);
+      }
+      const int64_t c0 = floor16(blo), c1 = ceil16(bhi);
+      float* s = sc.s.data();
+      const int64_t lds = ncol;
+      for (int64_t j = c0; j < c1; j += kAttRN * kLanes) {
+        const int rn = (int)std::min<int64_t>(kAttRN, (c1 - j) / kLanes);
+        kRows[rm - 1][rn - 1](sc.q.data() + i0 * D, D, sc.kt.data() + (j - k0), ncol, D, s + (j - c0), lds);
+      }
+      float l[kAttRM];
+      for (int i = 0; i < rm; ++i) {
+        const int64_t t = t0 + (i0 + i) / rep;
+        l[i] = softmax_row(s + i * lds, c0, c1, mask + (b * T + t) * S, sc.spans[t], scale, sc.packed.data());
+      }
+      for (int64_t d0 = 0; d0 < D; d0 += kAttRN * kLanes) {  // columns [blo, bhi): p from s[blo - c0]
+        const int rn = (int)std::min<int64_t>(kAttRN, (D - d0) / kLanes);
+        kRows[rm - 1][rn - 1](s + (blo - c0), lds, vh + blo * D + d0, D, bhi - blo, sc.o.data() + d0, D);
+      }
+      for (int i = 0; i < rm; ++i) {
+        const int64_t t = t0 + (i0 + i) / rep, h = g * rep + (i0 + i) % rep;
+        float* dst = out + (b * T + t) * H * D + h * D;
+        for (int64_t d = 0; d < D; ++d) dst[d] = sc.o[i * D + d] / l[i];
+      }
+    }
+  }
+}
+
 int attention(const AttentionCall& c) {
   const int64_t B = c.B, T = c.T, H = c.H, Hkv = c.Hkv, D = c.D, S = c.S, W = (H + 2 * Hkv) * D, rep = H / Hkv;
   const float* qkv = c.qkv;
@@ -606,7 +665,6 @@ int attention(const AttentionCall& c) {
   const int64_t* widx = c.write_idx;
   float* kc = c.k_cache;
   float* vc = c.v_cache;
-  float* out = c.out;
   const float scale = (float)(1.0 / std::sqrt((double)D));
 
   for (int64_t b = 0; b < B; ++b)  // all row indices first: a bad one writes nothing
@@ -632,56 +690,20 @@ int attention(const AttentionCall& c) {
       }
     }
     // 2. each token's visible span
-    int64_t jlo = S, jhi = 0;
-    for (int64_t t = 0; t < T; ++t) {
-      sc.spans[t] = visible_span(mask + (b * T + t) * S, S);
-      jlo = std::min(jlo, sc.spans[t].lo);
-      jhi = std::max(jhi, sc.spans[t].hi);
-    }
-    const int64_t k0 = floor16(jlo), ncol = ceil16(jhi) - k0;  // this batch entry's key columns [k0, k0 + ncol)
-    sc.kt.resize((size_t)(D * ncol));
-    sc.s.resize((size_t)(kAttRM * ncol));
-    sc.packed.resize((size_t)ncol);
-    for (int64_t g = 0; g < Hkv; ++g) {
-      const float* kh = kc + (b * Hkv + g) * S * D;
-      const float* vh = vc + (b * Hkv + g) * S * D;
-      transpose_keys(kh, D, k0, jhi, sc.kt.data(), ncol);
-      // queries of KV head g, row i = t * rep + r (head g * rep + r of token t), roped
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t r = 0; r < rep; ++r)
-          rope(qkv + (b * T + t) * W + (g * rep + r) * D, cosv + (b * T + t) * D, sinv + (b * T + t) * D, D,
-               sc.q.data() + (t * rep + r) * D);
-      const int64_t rows = T * rep;
-      for (int64_t i0 = 0; i0 < rows; i0 += kAttRM) {
-        const int rm = (int)std::min<int64_t>(kAttRM, rows - i0);
-        int64_t blo = S, bhi = 0;  // the block's column union
-        for (int i = 0; i < rm; ++i) {
-          const Span sp = sc.spans[(i0 + i) / rep];
-          blo = std::min(blo, sp.lo);
-          bhi = std::max(bhi, sp.hi);
-        }
-        const int64_t c0 = floor16(blo), c1 = ceil16(bhi);
-        float* s = sc.s.data();
-        const int64_t lds = ncol;
-        for (int64_t j = c0; j < c1; j += kAttRN * kLanes) {
-          const int rn = (int)std::min<int64_t>(kAttRN, (c1 - j) / kLanes);
-          kRows[rm - 1][rn - 1](sc.q.data() + i0 * D, D, sc.kt.data() + (j - k0), ncol, D, s + (j - c0), lds);
-        }
-        float l[kAttRM];
-        for (int i = 0; i < rm; ++i) {
-          const int64_t t = (i0 + i) / rep;
-          l[i] = softmax_row(s + i * lds, c0, c1, mask + (b * T + t) * S, sc.spans[t], scale, sc.packed.data());
-        }
-        for (int64_t d0 = 0; d0 < D; d0 += kAttRN * kLanes) {  // columns [blo, bhi): p from s[blo - c0]
-          const int rn = (int)std::min<int64_t>(kAttRN, (D - d0) / kLanes);
-          kRows[rm - 1][rn - 1](s + (blo - c0), lds, vh + blo * D + d0, D, bhi - blo, sc.o.data() + d0, D);
-        }
-        for (int i = 0; i < rm; ++i) {
-          const int64_t t = (i0 + i) / rep, h = g * rep + (i0 + i) % rep;
-          float* dst = out + (b * T + t) * H * D + h * D;
-          for (int64_t d = 0; d < D; ++d) dst[d] = sc.o[i * D + d] / l[i];
-        }
+    for (int64_t t = 0; t < T; ++t) sc.spans[t] = visible_span(mask + (b * T + t) * S, S);
+    // 3. groups of consecutive tokens whose spans overlap (one request's tree or chunk; the batch engine packs
+    //    several requests, each in its own cache region, into one call): keys are transposed and rows blocked
+    //    per group, so a call costs the sum of its groups' spans, not their union. Per-row numerics do not
+    //    depend on the grouping (see the header: blocking and column positions never matter).
+    for (int64_t t0 = 0; t0 < T;) {
+      int64_t jlo = sc.spans[t0].lo, jhi = sc.spans[t0].hi, t1 = t0 + 1;
+      while (t1 < T && sc.spans[t1].lo < jhi && sc.spans[t1].hi > jlo) {
+        jlo = std::min(jlo, sc.spans[t1].lo);
+        jhi = std::max(jhi, sc.spans[t1].hi);
+        ++t1;
       }
+      attend_group(c, b, t0, t1, jlo, jhi, scale, sc);
+      t0 = t1;
     }
   }
   return 0;

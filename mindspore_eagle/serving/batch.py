@@ -1,0 +1,443 @@
+"""``BatchEngine``: many requests in one teacher forward per step, each with its own speculative tree.
+
+Why this shape. On the CPU a forward of ``M`` rows costs far less than ``M`` one-row forwards, and speculation
+competes with batching for the same rows. So one step packs, into a single forward of one static bucket:
+
+    every running request's tree   (its root = last emitted token, plus the drafts the global budget gave it)
+    prefill chunks                 (prompts written a chunk per step, interleaved with the others' decoding)
+    padding                        (to the bucket; rows of a scratch region nobody reads)
+
+The cache is flat: one teacher with batch 1 and ``max_seqs * slot_len + scratch`` cache rows; request slot ``s``
+owns rows ``[s * slot_len, (s + 1) * slot_len)`` and its committed tokens sit contiguous at the start of them,
+exactly as a batch-1 engine's would. Each row of the forward sees its own slot's committed rows and its tree
+ancestors, nothing else (the mask built here), and the fused kernels' result for a row depends only on the
+ordered sequence of (k, v) rows it sees, not on which columns they occupy nor on the other rows of the call
+(``kernels/attention.cc``, ``kernels/compute.cc``). So every request's logits are bit-identical to its batch-1
+logits, whatever else runs, and greedy output is identical token for token (``tests/test_batch_engine.py``
+compares with the batch-1 ``SpeculativeEngine``).
+
+The global budget. Every running request drafts its candidates (``HybridProposer.draft``); their acceptance
+estimates are ranked together and the total row count ``M`` is chosen to maximise expected emitted tokens per
+millisecond of a forward of ``M`` rows (``plan_rows``; the costs are measured online per bucket). The best
+candidates across requests fill ``M``; a request may get none (then it decodes plainly). At one request it is the
+single-request adaptive rule; as the batch grows, the roots alone fill the cheap buckets and drafting turns itself
+down. A per-request drafting setting is an upper bound (``Request.max_nodes``).
+
+Threads. ``submit`` and ``cancel`` may be called from any thread; ``step`` from one thread only (the server's
+engine loop). A cancel takes effect at the next step boundary: the slot is freed before the next forward.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..cache.commit import PathCommit, pad_moves, path_moves
+from ..draft.budget import CostTracker, VerifyCosts
+from ..engine import validate_request
+from ..errors import CacheCapacityError, ConfigError
+from ..teacher import LOGITS, Teacher
+from ..tree import ForwardInputs, TreeLayout, check_tree
+from ..tree.mask import MASK_VALUE, tree_visibility
+from ..verify import SamplingParams, accept_greedy, accept_sampling, sample_token
+
+FINISH_REASONS = ("eos", "max_new_tokens", "cache_full", "cancelled")
+
+
+@dataclass
+class RequestStats:
+    """Speculation statistics of one request (the server reports them per response)."""
+
+    steps: int = 0  # decode steps (verifications) the request took part in
+    draft_steps: int = 0  # steps that verified at least one draft node
+    drafted: int = 0  # draft nodes verified (roots excluded)
+    accepted: int = 0  # draft nodes accepted
+
+    @property
+    def tau(self) -> float:
+        """Mean tokens per step (accepted drafts + the bonus)."""
+        return (self.accepted + self.steps) / self.steps if self.steps else float("nan")
+
+
+@dataclass
+class Request:
+    """One request's host state. Created by ``BatchEngine.submit``; read by the caller, written by the engine."""
+
+    id: str
+    prompt: list[int]
+    max_new_tokens: int
+    eos: frozenset
+    sampling: SamplingParams
+    max_nodes: int  # nodes a step may verify for this request, root included (1 = no speculation)
+    proposer: object | None = None
+    slot: int | None = None
+    written: int = 0  # rows of this request in its slot (prompt rows prefilled, then committed tokens)
+    root: int | None = None  # last emitted token, not yet in the cache
+    tokens: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    stats: RequestStats = field(default_factory=RequestStats)
+    submitted_s: float = 0.0
+    first_token_s: float | None = None
+    finished_s: float | None = None
+    rng: np.random.Generator | None = None
+    _aux: list = field(default_factory=list, repr=False)  # prompt rows' EAGLE-3 features (for the proposer)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def prefilling(self) -> bool:
+        return self.slot is not None and self.root is None
+
+
+@dataclass(frozen=True)
+class Event:
+    """What one step produced for one request: new tokens (may be empty) and, at the end, the finish reason."""
+
+    request: Request
+    tokens: tuple[int, ...]
+    finish_reason: str | None
+
+
+def plan_rows(per_request: Sequence[np.ndarray], fixed_rows: int, costs: VerifyCosts) -> tuple[list[int], int]:
+    """The global budget: how many draft nodes each request verifies this step, and the bucket.
+
+    ``per_request[i]``: request i's candidates' acceptance estimates, largest first (its root not included);
+    ``fixed_rows``: rows every plan has (each request's root, prefill chunks). The bucket ``b`` maximises
+    ``(R + sum of the best b - fixed_rows estimates across all requests) / cost(b)``, R = number of requests (each
+    root emits one token). Returns (drafts per request, bucket). Example: two requests with [0.9, 0.2] and [0.8],
+    fixed 2, costs {1: 20, 2: 21, 4: 24, 8: 40}: bucket 4 takes 0.9 and 0.8 (E = 3.7, 0.154 tokens/ms) -> ([1, 1], 4).
+    """
+    flat = [(float(p), i) for i, ps in enumerate(per_request) for p in np.asarray(ps, np.float64).reshape(-1)]
+    flat.sort(key=lambda x: -x[0])
+    cum = np.concatenate([[0.0], np.cumsum([p for p, _ in flat])])
+    r = len(per_request)
+    best = None
+    for bucket, ms in costs.bucket_ms:
+        if bucket < fixed_rows:
+            continue
+        k = min(bucket - fixed_rows, len(flat))
+        rate = (r + cum[k]) / ms
+        if best is None or rate > best[0] + 1e-12:
+            best = (rate, bucket, k)
+    if best is None:
+        raise ConfigError(f"{fixed_rows} rows exceed the largest bucket {costs.bucket_ms[-1][0]}")
+    counts = [0] * r
+    for _, i in flat[:best[2]]:
+        counts[i] += 1
+    return counts, best[1]
+
+
+class BatchEngine:
+    """Continuous batching over one teacher (module docstring).
+
+    ``teacher``: batch 1, fused attention (the custom kernels), ``max_cache_len >= max_seqs * slot_len + largest
+    bucket`` (``BatchEngine.cache_rows`` says how many). ``proposer_factory()``: a new per-request proposer
+    (``HybridProposer`` in an adaptive mode for the global budget; anything with ``propose`` otherwise), or None
+    for teacher-only decoding. ``prefill_rows``: prompt rows a step may write (default the runtime's
+    ``prefill_chunk``).
+    """
+
+    def __init__(self, teacher: Teacher, max_seqs: int, slot_len: int,
+                 proposer_factory: Callable[[], object] | None = None, prefill_rows: int | None = None,
+                 costs: VerifyCosts | None = None, max_queued: int = 256):
+        rt = teacher.runtime
+        largest = rt.buckets.largest
+        for name, value in (("max_seqs", max_seqs), ("slot_len", slot_len), ("max_queued", max_queued)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"BatchEngine {name}={value!r}: must be an integer >= 1")
+        if max_seqs > largest:
+            raise ConfigError(f"--max-seqs {max_seqs}: every running request needs a row per step and the largest "
+                              f"bucket holds {largest}; use at most {largest}")
+        if rt.batch_size != 1:
+            raise ConfigError(f"BatchEngine packs requests into rows of one batch entry; build the teacher with "
+                              f"batch_size=1 (got {rt.batch_size})")
+        if not teacher.cell.fused_attention:
+            raise ConfigError("BatchEngine needs the fused attention kernels (a row's result must not depend on the "
+                              "other requests' rows); use --matmul custom on a CPU the kernels support")
+        need = self.cache_rows(max_seqs, slot_len, largest)
+        if teacher.max_len < need:
+            raise ConfigError(f"BatchEngine: max_seqs={max_seqs} slots of {slot_len} rows need a teacher cache of "
+                              f"{need} rows (BatchEngine.cache_rows); it has {teacher.max_len}")
+        self.teacher = teacher
+        self.max_seqs, self.slot_len, self.largest = max_seqs, slot_len, largest
+        self.scratch = max_seqs * slot_len  # padding rows write [scratch, scratch + largest)
+        self.prefill_rows = int(prefill_rows or rt.prefill_chunk)
+        if not 1 <= self.prefill_rows <= largest:
+            raise ConfigError(f"prefill_rows={self.prefill_rows}: must be in [1, {largest}]")
+        self.proposer_factory = proposer_factory
+        self.buckets = rt.buckets
+        self.costs = CostTracker((costs or VerifyCosts()).covering(rt.buckets.sizes))
+        self.max_queued = max_queued
+        self.commit_cell = PathCommit(teacher.cell.cache_parameters())
+        self._commit = rt.exec_mode.compile(self.commit_cell)
+        self._lock = threading.Lock()
+        self._waiting: deque[Request] = deque()
+        self._cancel: set[str] = set()
+        self.running: list[Request] = []
+        self.free_slots: list[int] = list(range(max_seqs))
+        self._ids = itertools.count()
+        self.steps = 0
+
+    @staticmethod
+    def cache_rows(max_seqs: int, slot_len: int, largest_bucket: int) -> int:
+        """Teacher cache rows the engine needs: the slots plus a scratch region for padding rows."""
+        return max_seqs * slot_len + largest_bucket
+
+    def warm_up(self, sampling: bool = True) -> float:
+        """Compile every graph a step can meet before the first request: each bucket's forward (greedy output, and
+        logits for sampling) over scratch rows only, and each bucket's row-move graph (a scratch row onto itself).
+        Writes scratch rows only; returns the seconds it took."""
+        import mindspore as ms
+
+        t0 = time.perf_counter()
+        outputs = {self.teacher.greedy_output} | ({LOGITS} if sampling else set())
+        for bucket in self.buckets.sizes:
+            rows = (self.scratch + np.arange(bucket, dtype=np.int32))[None, :]
+            mask = np.full((1, 1, bucket, self.teacher.max_len), MASK_VALUE, np.float32)
+            mask[0, 0, np.arange(bucket), rows[0]] = 0.0
+            inputs = ForwardInputs(np.zeros((1, bucket), np.int32), np.zeros((1, bucket), np.int32), rows, mask,
+                                   bucket)
+            for output in sorted(outputs):
+                self.teacher.forward(inputs, output)
+            if self.proposer_factory is not None:
+                self._commit(ms.Tensor(rows), ms.Tensor(rows))
+        return time.perf_counter() - t0
+
+    # ----- requests (any thread) ----------------------------------------------------------------------------
+    def submit(self, prompt: Sequence[int], max_new_tokens: int, eos: Sequence[int] = (),
+               sampling: SamplingParams = SamplingParams(), max_nodes: int | None = None,
+               request_id: str | None = None) -> Request:
+        """Queue a request; typed errors (ConfigError, CacheCapacityError) before anything is queued.
+        ``max_nodes``: this request's bound on the nodes a step verifies (1: no speculation; None: the engine's)."""
+        ids = validate_request(prompt, max_new_tokens, self.teacher.cfg.vocab_size, self.slot_len)
+        if not isinstance(sampling, SamplingParams):
+            raise ConfigError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
+        cap = self.largest if self.proposer_factory is not None else 1
+        if max_nodes is None:
+            max_nodes = cap
+        if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 1:
+            raise ConfigError(f"max_nodes={max_nodes!r}: must be an integer >= 1")
+        req = Request(request_id or f"req-{next(self._ids)}", ids, int(max_new_tokens),
+                      frozenset(int(e) for e in eos), sampling, min(max_nodes, cap), submitted_s=time.perf_counter())
+        with self._lock:
+            if len(self._waiting) >= self.max_queued:
+                raise QueueFullError(f"{len(self._waiting)} requests are already waiting (max_queued="
+                                     f"{self.max_queued}); retry later")
+            self._waiting.append(req)
+        return req
+
+    def cancel(self, request_id: str) -> None:
+        """Finish a request as "cancelled" at the next step boundary (its slot is then free). Unknown or finished
+        ids are ignored (a client may disconnect after its request ended)."""
+        with self._lock:
+            self._cancel.add(request_id)
+
+    @property
+    def num_waiting(self) -> int:
+        with self._lock:
+            return len(self._waiting)
+
+    def has_work(self) -> bool:
+        with self._lock:
+            return bool(self.running or self._waiting or self._cancel)
+
+    # ----- one step (one thread) ----------------------------------------------------------------------------
+    def step(self) -> list[Event]:
+        """Admit, cancel, run one forward over every running request, commit; return what each produced."""
+        events: list[Event] = []
+        with self._lock:
+            cancel, self._cancel = self._cancel, set()
+            if cancel:
+                kept = deque()
+                for req in self._waiting:
+                    if req.id in cancel:
+                        events.append(self._finish(req, "cancelled"))
+                    else:
+                        kept.append(req)
+                self._waiting = kept
+            for req in list(self.running):
+                if req.id in cancel:
+                    events.append(self._finish(req, "cancelled"))
+            while self.free_slots and self._waiting:
+                req = self._waiting.popleft()
+                req.slot = self.free_slots.pop(0)
+                req.rng = np.random.default_rng(req.sampling.seed)
+                if self.proposer_factory is not None and req.max_nodes > 1:
+                    req.proposer = self.proposer_factory()
+                self.running.append(req)
+        if self.running:
+            events += self._forward_step()
+        return events
+
+    def _finish(self, req: Request, reason: str) -> Event:
+        req.finish_reason = reason
+        req.finished_s = time.perf_counter()
+        if req in self.running:
+            self.running.remove(req)
+        if req.slot is not None:
+            self.free_slots.append(req.slot)
+            self.free_slots.sort()
+            req.slot = None
+        req.proposer = None
+        req._aux = []
+        return Event(req, (), reason)
+
+    def _plan(self) -> tuple[list[tuple[Request, TreeLayout, int]], int]:
+        """Every running request's rows this step: (request, layout, kind), kind 0 = prefill chunk, 1 = tree;
+        and the bucket. A root per decoding request first, then prefill chunks, then drafts: a fixed-budget
+        proposer's tree while it fits, the adaptive proposers' candidates by the global budget (``plan_rows``)."""
+        decoding = [r for r in self.running if not r.prefilling]
+        chunks, budget = [], min(self.prefill_rows, self.largest - len(decoding))
+        for req in (r for r in self.running if r.prefilling):
+            if budget <= 0:
+                break
+            size = min(len(req.prompt) - req.written, budget)
+            chunks.append((req, TreeLayout.chain(req.prompt[req.written:req.written + size]), 0))
+            budget -= size
+        fixed = len(decoding) + sum(layout.num_nodes for _, layout, _ in chunks)
+        drafted: list[object] = []  # per decoding request: None (root only), a TreeLayout, or candidates
+        ranked: list[np.ndarray] = []
+        for req in decoding:
+            cap = min(req.max_nodes, self.slot_len - req.written)  # its bound, and the rows left in its slot
+            prop, c, p = req.proposer, None, np.zeros(0)
+            if cap > 1 and prop is not None:
+                adaptive = hasattr(prop, "draft") and getattr(prop, "budget", "") == "adaptive"
+                c = prop.draft(req.root) if adaptive else prop.propose(req.root)
+                if isinstance(c, TreeLayout):
+                    if c.num_nodes > cap or fixed + c.num_nodes - 1 > self.largest:
+                        c = None  # no room this step: plain decoding (the proposer sees a root-only acceptance)
+                    else:
+                        fixed += c.num_nodes - 1
+                else:
+                    p = prop.scaled_probs(c)[:cap - 1]
+            drafted.append(c)
+            ranked.append(p)
+        counts, _ = plan_rows(ranked, fixed, self.costs.costs())
+        plan = []
+        for req, c, n in zip(decoding, drafted, counts):
+            if c is None:
+                layout = TreeLayout.single(req.root)
+            elif isinstance(c, TreeLayout):
+                layout = c
+            else:
+                layout = req.proposer.finish(c, 1 + n)
+            plan.append((req, layout, 1))
+        plan += chunks
+        return plan, self.buckets.fit(sum(layout.num_nodes for _, layout, _ in plan))
+
+    def _forward_step(self) -> list[Event]:
+        t0 = time.perf_counter()
+        plan, bucket = self._plan()
+        vocab = self.teacher.cfg.vocab_size
+        width = self.teacher.max_len
+        ids = np.zeros((1, bucket), np.int32)
+        positions = np.zeros((1, bucket), np.int32)
+        rows = np.zeros((1, bucket), np.int32)
+        mask = np.full((1, 1, bucket, width), MASK_VALUE, np.float32)
+        off = 0
+        spans = []
+        for req, layout, kind in plan:
+            if kind == 1:
+                check_tree(layout, vocab)
+                if int(layout.tokens[0]) != req.root:
+                    raise ConfigError(f"request {req.id}: tree root {int(layout.tokens[0])} is not its last token")
+            n, base, L = layout.num_nodes, req.slot * self.slot_len, req.written
+            if L + n > self.slot_len:
+                raise CacheCapacityError(f"request {req.id}: {n} rows at {L} exceed its slot of {self.slot_len}")
+            ids[0, off:off + n] = layout.tokens
+            positions[0, off:off + n] = layout.positions(L)
+            rows[0, off:off + n] = base + L + np.arange(n)
+            block = mask[0, 0, off:off + n]
+            block[:, base:base + L] = 0.0
+            block[:, base + L:base + L + n] = np.where(tree_visibility(layout), 0.0, MASK_VALUE)
+            spans.append((off, n))
+            off += n
+        for j in range(off, bucket):  # padding: a scratch row each, seeing only itself
+            rows[0, j] = self.scratch + j
+            mask[0, 0, j, self.scratch + j] = 0.0
+        sampling = any(not req.sampling.greedy for req, _, _ in plan)
+        output = LOGITS if sampling else self.teacher.greedy_output
+        out = self.teacher.forward(ForwardInputs(ids, positions, rows, mask, off), output)
+        greedy_ids = out.argmax[0] if out.argmax is not None else None
+        events, src, dst = [], [], []
+        for (req, layout, kind), (o, n) in zip(plan, spans):
+            if kind == 0:
+                events += self._after_prefill(req, layout, out, o, n, greedy_ids)
+                continue
+            if req.sampling.greedy:
+                g = greedy_ids[o:o + n] if greedy_ids is not None else np.argmax(out.logits[0, o:o + n], -1)
+                acc = accept_greedy(layout, g)
+            else:
+                acc = accept_sampling(layout, out.logits[0, o:o + n], req.sampling, req.rng)
+            s, d = path_moves(np.asarray(acc.path, np.int64), req.slot * self.slot_len + req.written)
+            src.append(s)
+            dst.append(d)
+            req.written += len(acc.path)
+            req.stats.steps += 1
+            req.stats.drafted += layout.num_nodes - 1
+            req.stats.draft_steps += layout.num_nodes > 1
+            req.stats.accepted += acc.num_accepted
+            if req.proposer is not None:
+                req.proposer.accept(acc, out.aux_hidden[0, [o + i for i in acc.path]])
+            events.append(self._emit(req, list(acc.tokens)))
+        moves = sum(s.size for s in src)
+        if moves:
+            s, d = pad_moves([np.concatenate(src)], [np.concatenate(dst)], self.buckets.fit(moves))
+            import mindspore as ms
+
+            self._commit(ms.Tensor(s), ms.Tensor(d))
+        self.costs.observe(bucket, (time.perf_counter() - t0) * 1000)
+        self.steps += 1
+        return [e for e in events if e.tokens or e.finish_reason]
+
+    def _after_prefill(self, req: Request, layout: TreeLayout, out, o: int, n: int, greedy_ids) -> list[Event]:
+        req.written += n
+        if req.proposer is not None:
+            req._aux.append(np.asarray(out.aux_hidden[0, o:o + n]))
+        if req.written < len(req.prompt):
+            return []
+        last = o + n - 1
+        if req.sampling.greedy:
+            root = int(greedy_ids[last]) if greedy_ids is not None else int(np.argmax(out.logits[0, last]))
+        else:
+            root = sample_token(out.logits[0, last], req.sampling, req.rng)
+        req.first_token_s = time.perf_counter()
+        if req.proposer is not None:
+            req.proposer.begin(req.prompt, np.concatenate(req._aux, 0), root)
+            req._aux = []
+        return [self._emit(req, [root])]
+
+    def _emit(self, req: Request, new: list[int]) -> Event:
+        """Append ``new`` (stopping at EOS or the token limit); finish the request when it stops."""
+        out = []
+        reason = None
+        for tok in new:
+            req.tokens.append(tok)
+            out.append(tok)
+            if tok in req.eos:
+                reason = "eos"
+                break
+            if len(req.tokens) >= req.max_new_tokens:
+                reason = "max_new_tokens"
+                break
+        req.root = req.tokens[-1]
+        if reason is None and req.written + 1 > self.slot_len:
+            reason = "cache_full"
+        if reason is not None:
+            self._finish(req, reason)
+        return Event(req, tuple(out), reason)
+
+
+class QueueFullError(ConfigError):
+    """The engine's queue is full (the server answers 429)."""
+
+
+__all__ = ["BatchEngine", "Event", "FINISH_REASONS", "QueueFullError", "Request", "RequestStats", "plan_rows"]

@@ -1,0 +1,77 @@
+"""``mindspore-eagle bench-batch``: the batch engine under load, speculation on vs off, side by side in one process.
+
+For each concurrency ``c`` the same prompts run with at most ``c`` requests in flight (a finished request is
+replaced at once, as clients of a server would), first without speculation, then with it; the first run (c = 1,
+no speculation) is the reference every other run's tokens are compared with (greedy: identical token for token,
+``lossless``). One JSON line per run; the last line is the summary: throughput per run, speculation's ratio per
+concurrency and each concurrency's throughput over c = 1 greedy.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Sequence
+
+import numpy as np
+
+from .batch import BatchEngine
+
+
+def run_load(engine: BatchEngine, prompts: Sequence[Sequence[int]], concurrency: int, max_new_tokens: int,
+             eos: Sequence[int], speculative: bool) -> dict:
+    """Run every prompt with at most ``concurrency`` in flight; tokens per prompt and the timings."""
+    pending = list(enumerate(prompts))
+    active: dict[str, tuple[int, object]] = {}
+    tokens: list[tuple[int, ...] | None] = [None] * len(prompts)
+    latency, ttft, taus = [], [], []
+    t0 = time.perf_counter()
+    steps0 = engine.steps
+    while pending or active:
+        while pending and len(active) < concurrency:
+            i, p = pending.pop(0)
+            req = engine.submit(p, max_new_tokens, eos, max_nodes=None if speculative else 1)
+            active[req.id] = (i, req)
+        for ev in engine.step():
+            if ev.finish_reason is not None and ev.request.id in active:
+                i, req = active.pop(ev.request.id)
+                tokens[i] = tuple(req.tokens)
+                latency.append(req.finished_s - req.submitted_s)
+                ttft.append((req.first_token_s or req.finished_s) - req.submitted_s)
+                if req.stats.steps:
+                    taus.append(req.stats.tau)
+    seconds = time.perf_counter() - t0
+    total = sum(len(t) for t in tokens)
+    return {"concurrency": concurrency, "speculative": speculative, "requests": len(prompts), "tokens": total,
+            "seconds": round(seconds, 3), "tok_s": round(total / seconds, 2), "steps": engine.steps - steps0,
+            "latency_p50_s": round(float(np.percentile(latency, 50)), 3),
+            "latency_p99_s": round(float(np.percentile(latency, 99)), 3),
+            "ttft_p50_s": round(float(np.percentile(ttft, 50)), 3),
+            "tau_mean": round(float(np.mean(taus)), 3) if taus else None, "_tokens": tokens}
+
+
+def bench_batch(engine: BatchEngine, prompts: Sequence[Sequence[int]], concurrencies: Sequence[int],
+                max_new_tokens: int, eos: Sequence[int], speculative: bool = True, log=print) -> dict:
+    runs, ref = [], None
+    for c in concurrencies:
+        for spec in ((False, True) if speculative else (False,)):
+            r = run_load(engine, prompts, c, max_new_tokens, eos, spec)
+            toks = r.pop("_tokens")
+            if ref is None:
+                ref = toks
+            r["lossless"] = sum(a == b for a, b in zip(toks, ref))
+            log(json.dumps(r))
+            runs.append(r)
+    base = runs[0]["tok_s"]
+    by = {(r["concurrency"], r["speculative"]): r["tok_s"] for r in runs}
+    summary = {"runs": [{k: r[k] for k in ("concurrency", "speculative", "tok_s", "tau_mean", "lossless")}
+                        for r in runs],
+               "throughput_over_c1_greedy": {c: round(by[(c, False)] / base, 2) for c in concurrencies},
+               "spec_over_greedy": ({c: round(by[(c, True)] / by[(c, False)], 2) for c in concurrencies}
+                                    if speculative else {}),
+               "all_lossless": all(r["lossless"] == len(prompts) for r in runs),
+               "requests": len(prompts), "max_new_tokens": max_new_tokens}
+    return summary
+
+
+__all__ = ["bench_batch", "run_load"]

@@ -1,0 +1,96 @@
+"""The batch engine's builder: one teacher whose cache holds every slot, a tokenizer, and per-request drafting.
+
+``serve``, ``bench-batch`` and the tests build through ``build_batch``, so they get the same checks in the same
+order, before any weight is read: the slot length against the model's positions, the whole cache against the
+machine's memory, ``max_seqs`` against the largest bucket, the drafting against what the batch engine supports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+
+from ..build import cache_bytes
+from ..config import Buckets, RuntimeConfig, TeacherConfig
+from ..errors import ConfigError
+from .batch import BatchEngine
+
+SERVING_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+"""Row buckets of the batched forward. Finer than the single-request default (1, 8, ...): a step's rows are one
+root per running request plus the global budget's drafts, and a padded row costs as much as a real one."""
+
+DRAFTING = ("suffix", "none")
+
+
+@dataclass(frozen=True)
+class BatchStack:
+    engine: BatchEngine
+    tokenizer: object
+    eos: tuple[int, ...]
+    model_dir: str
+    drafting: str
+
+
+def suffix_factory(buckets: Buckets, max_nodes: int):
+    """Per request, a suffix-index proposer with the adaptive rule's candidates (the engine ranks them globally).
+    ``learn_costs`` is off: the engine measures the cost of the batched forward itself."""
+    from ..draft.budget import VerifyCosts
+    from ..draft.hybrid import HybridProposer
+
+    costs = VerifyCosts().covering(buckets.sizes)
+    return lambda: HybridProposer("suffix", "adaptive", max_nodes=max_nodes, buckets=buckets.sizes, costs=costs,
+                                  learn_costs=False)
+
+
+def build_batch(model: str | None, max_seqs: int, slot_len: int, runtime: RuntimeConfig | None = None,
+                drafting: str = "suffix", max_nodes: int | None = None, max_queued: int = 256,
+                tokenizer: bool = True) -> BatchStack:
+    """A ``BatchStack``: ``max_seqs`` slots of ``slot_len`` rows (prompt + completion) each. ``runtime`` gives dtype,
+    matmul, weights and buckets (its ``max_cache_len`` and ``batch_size`` are replaced); ``drafting`` "suffix"
+    (model-free drafts, lossless) or "none"; ``max_nodes`` bounds the nodes a step verifies per request."""
+    from .. import deploy
+    from ..assets import require_default_model
+    from ..teacher import Teacher
+
+    if drafting not in DRAFTING:
+        raise ConfigError(f"--drafting {drafting!r}: the batch engine drafts with {DRAFTING} (the EAGLE-3 head needs "
+                          "a head cache per slot: not yet in the batch engine; use `generate` for head drafting)")
+    runtime = runtime or RuntimeConfig(buckets=Buckets(SERVING_BUCKETS))
+    largest = runtime.buckets.largest
+    if isinstance(max_seqs, bool) or not isinstance(max_seqs, int) or not 1 <= max_seqs <= largest:
+        raise ConfigError(f"--max-seqs {max_seqs!r}: must be an integer in [1, {largest}] (each running request "
+                          "needs a row of the largest bucket every step)")
+    if isinstance(slot_len, bool) or not isinstance(slot_len, int) or slot_len <= largest:
+        raise ConfigError(f"--max-cache-len {slot_len!r}: must be an integer above the largest bucket {largest}")
+    model_dir = os.path.abspath(model or require_default_model())
+    cfg = TeacherConfig.load(model_dir)
+    if slot_len > cfg.max_position_embeddings:
+        raise ConfigError(f"--max-cache-len {slot_len} exceeds the model's max_position_embeddings="
+                          f"{cfg.max_position_embeddings}")
+    rows = BatchEngine.cache_rows(max_seqs, slot_len, largest)
+    runtime = dataclasses.replace(runtime, max_cache_len=rows, batch_size=1,
+                                  prefill_chunk=min(runtime.prefill_chunk, largest))
+    need = cache_bytes(runtime, cfg)
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > total // 2:
+        raise ConfigError(f"--max-seqs {max_seqs} x --max-cache-len {slot_len}: the KV cache needs "
+                          f"{need / 2**30:.1f} GiB, more than half of this machine's {total / 2**30:.1f} GiB")
+    cap = largest if max_nodes is None else max_nodes
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        raise ConfigError(f"--max-nodes {max_nodes!r}: must be an integer >= 1 (1 = no speculation)")
+    runtime.check_tree_size(cap, "--max-nodes")
+    choice = deploy.prepare(runtime, None, cfg)
+    teacher = Teacher.load(model_dir, runtime, choice)
+    factory = suffix_factory(runtime.buckets, cap) if drafting == "suffix" and cap > 1 else None
+    engine = BatchEngine(teacher, max_seqs, slot_len, factory, max_queued=max_queued)
+    tok = None
+    if tokenizer:
+        from ..tokenizer import load_tokenizer
+
+        tok = load_tokenizer(model_dir)
+    eos = tuple(dict.fromkeys(tuple(cfg.eos_token_ids) + (tuple(tok.eos_token_ids) if tok else ())))
+    return BatchStack(engine, tok, eos, model_dir, drafting if factory is not None else "none")
+
+
+__all__ = ["BatchStack", "DRAFTING", "SERVING_BUCKETS", "build_batch", "suffix_factory"]

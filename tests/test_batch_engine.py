@@ -1,0 +1,186 @@
+"""The batch engine: every request's tokens equal its batch-1 tokens whatever else runs beside it (prefill chunks
+interleaved with decoding, speculation on and off, greedy beside sampling), cancels free their slots, bad requests
+are refused before they are queued, and the global budget ranks candidates across requests.
+
+The reference is the batch-1 ``SpeculativeEngine`` on its own teacher (cache 512), itself tied to HuggingFace
+``transformers`` by ``test_default_teacher.py``."""
+
+import numpy as np
+import pytest
+
+from mindspore_eagle.config import Buckets, RuntimeConfig
+from mindspore_eagle.draft.budget import VerifyCosts
+from mindspore_eagle.engine import SpeculativeEngine
+from mindspore_eagle.errors import CacheCapacityError, ConfigError
+from mindspore_eagle.serving import BatchEngine, QueueFullError, plan_rows
+from mindspore_eagle.serving.stack import build_batch
+from mindspore_eagle.verify import SamplingParams
+
+COPY = "Copy this list exactly: apples, bananas, cherries, dates, elderberries, figs, grapes."
+PROMPTS = [COPY,
+           "Write a Python function that returns the n-th Fibonacci number.",
+           "What is the capital of France?",
+           # longer than a prefill chunk: written over several steps while the others decode
+           "Summarise the following text in two sentences. " + " ".join(
+               f"Sentence {i} says that the river is wide and the boats are slow." for i in range(8))]
+SLOT = 320
+
+
+@pytest.fixture(scope="module")
+def stack(default_teacher):
+    from tests.helpers import default_model_or_skip
+
+    rt = RuntimeConfig(buckets=Buckets((1, 4, 16, 64)), prefill_chunk=16)
+    return build_batch(default_model_or_skip(), 4, SLOT, rt, "suffix")
+
+
+@pytest.fixture(scope="module")
+def prompts(default_teacher):
+    _, tok = default_teacher
+    return [tok.encode_chat([{"role": "user", "content": p}]) for p in PROMPTS]
+
+
+@pytest.fixture(scope="module")
+def reference(default_teacher, prompts):
+    teacher, tok = default_teacher
+    eng = SpeculativeEngine(teacher)
+    return [eng.generate(p, 40, tok.eos_token_ids).tokens for p in prompts]
+
+
+def drain(engine, limit=2000):
+    for _ in range(limit):
+        if not engine.has_work():
+            return
+        engine.step()
+    raise AssertionError("engine did not finish")
+
+
+def assert_no_slot_leaked(engine):
+    assert not engine.running and engine.num_waiting == 0
+    assert sorted(engine.free_slots) == list(range(engine.max_seqs))
+
+
+def test_plan_rows_ranks_candidates_across_requests():
+    costs = VerifyCosts(((1, 20.0), (2, 21.0), (4, 24.0), (8, 40.0)))
+    counts, bucket = plan_rows([np.array([0.9, 0.2]), np.array([0.8])], 2, costs)
+    assert (counts, bucket) == ([1, 1], 4)  # 0.9 and 0.8 fill bucket 4; 0.2 is not worth bucket 8
+    counts, bucket = plan_rows([np.array([0.1]), np.array([0.05])], 2, costs)
+    assert (counts, bucket) == ([0, 0], 2)  # weak candidates: plain decoding, the roots only
+    with pytest.raises(ConfigError):
+        plan_rows([np.zeros(0)] * 9, 9, costs)
+
+
+def test_cost_prior_interpolates_buckets_it_has_not_measured():
+    c = VerifyCosts(((1, 20.0), (8, 48.0))).covering((1, 2, 4, 8, 16))
+    assert dict(c.bucket_ms) == {1: 20.0, 2: 24.0, 4: 32.0, 8: 48.0, 16: 96.0}
+
+
+@pytest.mark.parametrize("speculative", [False, True], ids=["plain", "suffix-drafts"])
+def test_every_request_equals_its_batch1_greedy_tokens(stack, prompts, reference, speculative):
+    engine = stack.engine
+    reqs = [engine.submit(p, 40 - 8 * (i == 2), stack.eos, max_nodes=None if speculative else 1)
+            for i, p in enumerate(prompts)]
+    drain(engine)
+    for i, (req, ref) in enumerate(zip(reqs, reference)):
+        assert tuple(req.tokens) == tuple(ref[:len(req.tokens)]), i
+        assert req.finish_reason in ("eos", "max_new_tokens")
+        assert len(req.tokens) == len(ref[:40 - 8 * (i == 2)]), i  # the short one finished while others ran
+    if speculative:
+        copy = reqs[0]
+        assert copy.stats.accepted > 0 and copy.stats.tau > 1.3, copy.stats  # suffix drafts verified in the batch
+    assert_no_slot_leaked(engine)
+
+
+def test_more_requests_than_slots_queue_and_each_stays_lossless(stack, prompts, reference):
+    engine = stack.engine
+    reqs = [engine.submit(prompts[i % 4], 24, stack.eos) for i in range(7)]  # 4 slots: 3 wait
+    engine.step()
+    assert len(engine.running) == 4 and engine.num_waiting == 3
+    drain(engine)
+    for i, req in enumerate(reqs):
+        assert tuple(req.tokens) == tuple(reference[i % 4][:len(req.tokens)]) and len(req.tokens) <= 24
+    assert_no_slot_leaked(engine)
+
+
+def test_cancel_mid_run_frees_the_slot_and_the_others_continue(stack, prompts, reference):
+    engine = stack.engine
+    reqs = [engine.submit(p, 40, stack.eos) for p in prompts]
+    waiting = engine.submit(prompts[0], 40, stack.eos)
+    for _ in range(6):
+        engine.step()
+    engine.cancel(reqs[1].id)
+    engine.cancel(waiting.id)
+    engine.step()
+    assert reqs[1].finish_reason == "cancelled" and waiting.finish_reason == "cancelled"
+    assert reqs[1].slot is None and len(engine.free_slots) >= 1
+    drain(engine)
+    for i in (0, 2, 3):
+        assert tuple(reqs[i].tokens) == tuple(reference[i][:len(reqs[i].tokens)])
+    engine.cancel("no-such-request")  # unknown ids are ignored
+    engine.step()
+    assert_no_slot_leaked(engine)
+
+
+def test_greedy_and_sampling_requests_share_a_batch(stack, default_teacher, prompts, reference):
+    teacher, tok = default_teacher
+    s = SamplingParams(temperature=0.8, top_p=0.95, seed=7)
+    ref_sampled = SpeculativeEngine(teacher).generate(prompts[1], 24, tok.eos_token_ids, s).tokens
+    engine = stack.engine
+    sampled = engine.submit(prompts[1], 24, stack.eos, s, max_nodes=1)
+    greedy = [engine.submit(prompts[i], 40, stack.eos) for i in (0, 2)]
+    spec_sampled = engine.submit(prompts[0], 24, stack.eos, s)  # speculative sampling: runs, exact by construction
+    drain(engine)
+    assert tuple(sampled.tokens) == tuple(ref_sampled)  # same seed, same draws, whatever else is in the batch
+    for req, i in zip(greedy, (0, 2)):
+        assert tuple(req.tokens) == tuple(reference[i][:len(req.tokens)])
+    assert spec_sampled.finish_reason in ("eos", "max_new_tokens") and spec_sampled.tokens
+    assert_no_slot_leaked(engine)
+
+
+def test_bad_requests_are_refused_before_they_are_queued(stack, prompts):
+    engine = stack.engine
+    with pytest.raises(ConfigError, match="empty prompt"):
+        engine.submit([], 8)
+    with pytest.raises(CacheCapacityError, match="does not fit"):
+        engine.submit([1] * SLOT, 8)
+    with pytest.raises(ConfigError, match="max_new_tokens"):
+        engine.submit(prompts[0], 0)
+    with pytest.raises(ConfigError, match="outside the vocabulary"):
+        engine.submit([10 ** 9], 4)
+    with pytest.raises(ConfigError, match="max_nodes"):
+        engine.submit(prompts[0], 4, max_nodes=0)
+    assert engine.num_waiting == 0
+
+
+def test_a_full_queue_refuses_with_queue_full(stack, prompts):
+    engine = stack.engine
+    saved = engine.max_queued
+    engine.max_queued = 2
+    try:
+        a, b = engine.submit(prompts[2], 2), engine.submit(prompts[2], 2)
+        with pytest.raises(QueueFullError, match="max_queued"):
+            engine.submit(prompts[2], 2)
+    finally:
+        engine.max_queued = saved
+    drain(engine)
+    assert a.finished and b.finished
+    assert_no_slot_leaked(engine)
+
+
+def test_a_request_that_reaches_its_slot_end_stops_with_cache_full(stack):
+    engine = stack.engine
+    req = engine.submit([1] * (SLOT - 3), 50)  # 3 rows left: 3 more tokens written, and the one after them
+    drain(engine)
+    assert req.finish_reason == "cache_full" and len(req.tokens) == 4  # as the batch-1 engine
+    assert_no_slot_leaked(engine)
+
+
+def test_build_batch_refuses_bad_sizes_before_loading():
+    with pytest.raises(ConfigError, match="max-seqs"):
+        build_batch(None, 0, 512)
+    with pytest.raises(ConfigError, match="max-seqs"):
+        build_batch(None, 65, 512)
+    with pytest.raises(ConfigError, match="max-cache-len"):
+        build_batch(None, 2, 16)
+    with pytest.raises(ConfigError, match="drafting"):
+        build_batch(None, 2, 512, drafting="eagle")
