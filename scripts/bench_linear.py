@@ -281,7 +281,7 @@ def main() -> None:
     import ctypes
 
     threads = ctypes.CDLL(load().library.path).MseKernelThreads()
-    print(f"custom kernel threads: {threads} (MSE_KERNEL_THREADS, default 1), os.cpu_count() = {os.cpu_count()}")
+    print(f"custom kernel threads: {threads} (MSE_KERNEL_THREADS, default: the CPUs this process may use), os.cpu_count() = {os.cpu_count()}")
     result = {"kernel_threads": threads, "reps": args.reps}
     if not args.skip_micro:
         result.update(bench_microbench(args.reps))
