@@ -74,4 +74,7 @@ bench-peers-setup:
 	test -x $(LCPP_VENV)/bin/python || $(PYTHON) -m venv $(LCPP_VENV)
 	$(LCPP_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(LCPP_VENV)/bin/python -m pip install "llama-cpp-python==0.3.36" "numpy<2" gguf
+	# its OpenAI server's dependencies (the [server] extra, without rebuilding the wheel): scripts/bench_serve.py
+	$(LCPP_VENV)/bin/python -m pip install --quiet "uvicorn>=0.22" "fastapi>=0.100" "sse-starlette>=1.6.1" \
+	    "starlette-context>=0.3.6,<0.4" "pydantic-settings>=2.0.1" PyYAML
 	$(LCPP_VENV)/bin/python -c "import llama_cpp; print('llama-cpp-python', llama_cpp.__version__, 'in $(LCPP_VENV)')"

@@ -22,7 +22,7 @@ import time
 
 from .errors import ConfigError, EagleError
 
-# The drafting the CLI uses unless told otherwise (the best combination of the drafting ablation, README "Results").
+# The drafting the CLI uses unless told otherwise (the best combination of the drafting ablation, docs/results.md).
 DEFAULT_PROPOSER = "hybrid"
 DEFAULT_BUDGET_MODE = "adaptive"
 DEFAULT_TREE = (8, 2, 4)  # max nodes, depth, top-k: the best of results/ablate-drafting (hybrid, adaptive)

@@ -184,3 +184,22 @@ def test_build_batch_refuses_bad_sizes_before_loading():
         build_batch(None, 2, 16)
     with pytest.raises(ConfigError, match="drafting"):
         build_batch(None, 2, 512, drafting="eagle")
+
+
+def test_speculative_sampling_in_a_batch_follows_the_teacher_distribution(hf_tiny):
+    """800 requests, 8 at a time in one batch, each with its own seed and its own tree proposer: the 2nd and 3rd
+    tokens (tree acceptance) follow the teacher's exact distribution computed with transformers."""
+    from mindspore_eagle.teacher import Teacher
+    from tests.test_engine_sampling import PARAMS, PROMPT, TopTokensProposer, chi_square_pvalues
+
+    _, ms_dir, model = hf_tiny("qwen2")
+    rt = RuntimeConfig(max_cache_len=BatchEngine.cache_rows(8, 24, 64), buckets=(1, 4, 16, 64), prefill_chunk=4)
+    teacher = Teacher.load(ms_dir, rt)
+    engine = BatchEngine(teacher, 8, 24, lambda: TopTokensProposer(model), max_queued=1000)
+    reqs = [engine.submit(PROMPT, 3, sampling=SamplingParams(seed=s, **PARAMS)) for s in range(800)]
+    drain(engine, limit=100000)
+    samples = np.array([r.tokens for r in reqs])
+    pvalues = chi_square_pvalues(samples, model, PROMPT)
+    assert min(pvalues) > 1e-3, pvalues
+    assert sum(r.stats.accepted for r in reqs) > 50  # drafts were accepted: acceptance, not only bonus sampling
+    assert_no_slot_leaked(engine)
