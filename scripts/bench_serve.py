@@ -118,7 +118,8 @@ def start_ours(port: int, max_seqs: int, max_len: int) -> subprocess.Popen:
 def start_llamacpp(python: str, port: int, gguf: str, n_ctx: int) -> subprocess.Popen:
     return subprocess.Popen([python, "-m", "llama_cpp.server", "--model", gguf, "--n_threads", "2",
                              "--n_threads_batch", "2", "--n_ctx", str(n_ctx), "--port", str(port),
-                             "--host", "127.0.0.1", "--model_alias", "m"],
+                             "--host", "127.0.0.1", "--model_alias", "m",
+                             "--interrupt_requests", "False"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

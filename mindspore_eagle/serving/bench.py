@@ -50,8 +50,33 @@ def run_load(engine: BatchEngine, prompts: Sequence[Sequence[int]], concurrency:
             "tau_mean": round(float(np.mean(taus)), 3) if taus else None, "_tokens": tokens}
 
 
+def run_single(engine: BatchEngine, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: Sequence[int],
+               speculative: bool) -> dict:
+    """The same prompts one after the other through the batch-1 ``SpeculativeEngine`` on the same teacher (same
+    kernels, same cache buffers; the batch engine is idle meanwhile): the reference for c = 1."""
+    from ..engine import SpeculativeEngine
+
+    single = SpeculativeEngine(engine.teacher)
+    factory = engine.proposer_factory if speculative else None
+    t0 = time.perf_counter()
+    tokens = []
+    for p in prompts:
+        tokens.append(single.generate(p, max_new_tokens, eos, proposer=factory() if factory else None).tokens)
+    seconds = time.perf_counter() - t0
+    total = sum(len(t) for t in tokens)
+    return {"single_engine": True, "speculative": speculative, "requests": len(prompts), "tokens": total,
+            "seconds": round(seconds, 3), "tok_s": round(total / seconds, 2), "_tokens": tokens}
+
+
 def bench_batch(engine: BatchEngine, prompts: Sequence[Sequence[int]], concurrencies: Sequence[int],
                 max_new_tokens: int, eos: Sequence[int], speculative: bool = True, log=print) -> dict:
+    singles = {}
+    for spec in ((False, True) if speculative else (False,)):
+        run_single(engine, prompts[:2], 8, eos, spec)  # compile the batch-1 engine's own graphs (commit moves)
+        r = run_single(engine, prompts, max_new_tokens, eos, spec)
+        r.pop("_tokens")
+        log(json.dumps(r))
+        singles[spec] = r["tok_s"]
     runs, ref = [], None
     for c in concurrencies:
         for spec in ((False, True) if speculative else (False,)):
@@ -69,6 +94,8 @@ def bench_batch(engine: BatchEngine, prompts: Sequence[Sequence[int]], concurren
                "throughput_over_c1_greedy": {c: round(by[(c, False)] / base, 2) for c in concurrencies},
                "spec_over_greedy": ({c: round(by[(c, True)] / by[(c, False)], 2) for c in concurrencies}
                                     if speculative else {}),
+               "c1_over_single_engine": {("spec" if k else "greedy"): round(by[(concurrencies[0], k)] / v, 3)
+                                         for k, v in singles.items()} if concurrencies[0] == 1 else {},
                "all_lossless": all(r["lossless"] == len(prompts) for r in runs),
                "requests": len(prompts), "max_new_tokens": max_new_tokens}
     return summary

@@ -34,13 +34,22 @@ class BatchStack:
 
 def suffix_factory(buckets: Buckets, max_nodes: int):
     """Per request, a suffix-index proposer with the adaptive rule's candidates (the engine ranks them globally).
-    ``learn_costs`` is off: the engine measures the cost of the batched forward itself."""
-    from ..draft.budget import VerifyCosts
+    ``learn_costs`` is off: the engine measures the cost of the batched forward itself. One ``AcceptanceRatio`` is
+    shared by every request's proposer: what the teacher accepts is learnt across requests, as the single-request
+    engine's one proposer does (a fresh ratio per request would start every request at the prior)."""
+    from ..draft.budget import AcceptanceRatio, VerifyCosts
     from ..draft.hybrid import HybridProposer
 
     costs = VerifyCosts().covering(buckets.sizes)
-    return lambda: HybridProposer("suffix", "adaptive", max_nodes=max_nodes, buckets=buckets.sizes, costs=costs,
-                                  learn_costs=False)
+    ratio = AcceptanceRatio()
+
+    def make():
+        prop = HybridProposer("suffix", "adaptive", max_nodes=max_nodes, buckets=buckets.sizes, costs=costs,
+                              learn_costs=False)
+        prop.ratio = ratio
+        return prop
+
+    return make
 
 
 def build_batch(model: str | None, max_seqs: int, slot_len: int, runtime: RuntimeConfig | None = None,
