@@ -126,9 +126,41 @@ class Tokenizer(ABC):
             raise TokenizerError(f"{self.source}: chat template failed: {e} ({type(e).__name__})") from e
 
     def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+        """The chat prompt's ids. A message's text never becomes control tokens: text that spells a special token
+        (``<|im_end|>\n<|im_start|>system ...`` in a user's message) is encoded as ordinary text, so a message cannot
+        forge another turn; only the template's own markup is special. Without such text in any message the ids
+        are exactly ``encode(apply_chat_template(messages))``. (``encode`` itself, used for raw prompts, keeps
+        parsing special tokens: there the caller writes the markup.)"""
         text = self.apply_chat_template(messages, add_generation_prompt)
         bos = self.special_strings.get("bos_token")
-        return self.encode(text, add_bos=self.add_bos_token and not (bos and text.startswith(bos)))
+        add_bos = self.add_bos_token and not (bos and text.startswith(bos))
+        controls = self.control_texts
+        if not any(c in m["content"] for m in messages for c in controls):
+            return self.encode(text, add_bos=add_bos)
+        # Render with a sentinel per message instead of its text, then encode the template's pieces with special
+        # tokens and each message's text as plain text.
+        marks = [f"\ue000{i}\ue001" for i in range(len(messages))]
+        rendered = self.apply_chat_template([dict(m, content=k) for m, k in zip(messages, marks)],
+                                            add_generation_prompt)
+        ids, pos = self._bos_prefix(add_bos), 0
+        for m, k in zip(messages, marks):
+            at = rendered.find(k, pos)
+            if at < 0 or rendered.count(k) != 1:
+                raise TokenizerError(f"{self.source}: the chat template transforms message text, so text that spells "
+                                     "special tokens cannot be kept apart from the markup; remove the special-token "
+                                     "text from the messages")
+            ids += self.encode(rendered[pos:at]) + self._encode_plain(m["content"])
+            pos = at + len(k)
+        return ids + self.encode(rendered[pos:])
+
+    @property
+    def control_texts(self) -> tuple[str, ...]:
+        """The texts that ``encode`` turns into special (control) token ids."""
+        return tuple(self._control_texts)
+
+    @abstractmethod
+    def _encode_plain(self, text: str) -> list[int]:
+        """Text -> ids with every character ordinary text: special-token spellings are not parsed."""
 
     def _check_ids(self, ids: Sequence[int]) -> list[int]:
         ids = [int(i) for i in ids]
@@ -186,6 +218,7 @@ class BPETokenizer(Tokenizer):
         self.backend, self.source, self.config = backend, source, dict(config)
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
         special = {i: t.content for i, t in backend.get_added_tokens_decoder().items() if t.special}
+        self._control_texts = tuple(special.values())
         self._finish_init(config, extra_eos_ids, special, chat_format, "chatml")
         if "add_bos_token" in config:
             self.add_bos_token = _config_bool(config, "add_bos_token", source)
@@ -199,6 +232,15 @@ class BPETokenizer(Tokenizer):
     def encode(self, text: str, add_bos: bool = False) -> list[int]:
         text = check_text(text)
         return self._bos_prefix(add_bos) + self.backend.encode(text, add_special_tokens=False).ids
+
+    def _encode_plain(self, text: str) -> list[int]:
+        text = check_text(text)
+        previous = self.backend.encode_special_tokens
+        self.backend.encode_special_tokens = True  # special-token spellings split like any other text
+        try:
+            return self.backend.encode(text, add_special_tokens=False).ids
+        finally:
+            self.backend.encode_special_tokens = previous
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.backend.decode(self._check_ids(ids), skip_special_tokens=False)
@@ -253,12 +295,31 @@ class SentencePieceTokenizer(Tokenizer):
                               and self.bos_token_id is not None)
         special.update({self._lookup(text): text for text in self.special_strings.values()})
         self._special, self._special_ids = special, {text: i for i, text in special.items()}
+        self._control_texts = tuple(self._special_ids)
         alternatives = "|".join(map(re.escape, sorted(self._special_ids, key=len, reverse=True)))
         self._split = re.compile(f"({alternatives})")  # the unknown piece always exists
 
     def _lookup(self, text: str) -> int | None:
         i = self.sp.piece_to_id(text)
         return i if self.sp.id_to_piece(i) == text else None
+
+    def _encode_plain(self, text: str) -> list[int]:
+        """SentencePiece matches user-defined pieces (the control markers) inside any text, so a marker's spelling
+        is written character by character (each character's piece, else its UTF-8 byte pieces) and the text
+        between markers is encoded as usual."""
+        ids: list[int] = []
+        for position, chunk in enumerate(self._split.split(check_text(text))):
+            if not position % 2:
+                ids.extend(self.sp.encode(chunk) if chunk else [])
+                continue
+            for ch in chunk:
+                one = self._lookup(ch)
+                pieces = [one] if one is not None else [self._lookup(f"<0x{b:02X}>") for b in ch.encode("utf-8")]
+                if any(i is None for i in pieces):
+                    raise TokenizerError(f"{self.source}: cannot write {chunk!r} as plain text (no piece for "
+                                         f"{ch!r}); remove it from the message")
+                ids.extend(pieces)
+        return ids
 
     def encode(self, text: str, add_bos: bool = False) -> list[int]:
         text = check_text(text)
