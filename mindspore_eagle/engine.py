@@ -14,7 +14,8 @@ One step, with ``L`` the committed length and ``root`` the last emitted token (n
     inputs = ForwardInputs.for_tree(layout, L, bucket, width)   # the one padding rule, positions, rows, mask
     out = teacher.forward(inputs, output)            # verify:  argmax (greedy) or logits, + EAGLE-3 features
     acc = accept_greedy(layout, out.argmax)          # host:    accepted path + bonus (sampling:
-                                                     #          accept_sampling(layout, out.logits, ...))
+                                                     #          accept_sampling(layout, out.logits, ...):
+                                                     #          position-keyed, the same text with any tree)
     cache.commit(acc.path)                           # commit:  only out-of-place rows move; L += len(path)
     proposer.accept(acc, out.aux_hidden[path])       # update:  the draft catches up on the committed tokens
     emit acc.tokens                                  #          the accepted drafts, then the bonus (next root)
@@ -46,7 +47,7 @@ from .teacher import LOGITS, ForwardOut, Teacher
 from .trace import StepTrace
 from .tree import ForwardInputs, TreeLayout, check_tree
 from .tree.mask import MASK_VALUE
-from .verify import SamplingParams, accept_greedy, accept_sampling, sample_token
+from .verify import PositionNoise, SamplingParams, accept_greedy, accept_sampling, sample_token
 
 
 def _greedy_ids(out: ForwardOut) -> np.ndarray:
@@ -184,7 +185,7 @@ class SpeculativeEngine:
         return out, np.concatenate(aux, 0), seconds
 
     # ----- one speculative step -----------------------------------------------------------------------
-    def _step(self, root: int, proposer: Proposer, sampling: SamplingParams, rng: np.random.Generator,
+    def _step(self, root: int, proposer: Proposer, sampling: SamplingParams, noise: PositionNoise,
               step: int) -> StepTrace:
         t0 = time.perf_counter()
         layout = proposer.propose(root)
@@ -210,7 +211,7 @@ class SpeculativeEngine:
         if sampling.greedy:
             acc = accept_greedy(layout, _greedy_ids(out)[0])
         else:
-            acc = accept_sampling(layout, out.logits[0], sampling, rng)
+            acc = accept_sampling(layout, out.logits[0], sampling, noise, L + 1)  # the root sits at position L
         if self.reference:
             for a, b in zip(acc.path[:-1], acc.path[1:]):
                 if int(layout.parents[b]) != a:
@@ -240,11 +241,11 @@ class SpeculativeEngine:
         self.check_proposer(proposer)
         self.cache.reset()
         eos = {int(e) for e in eos_token_ids}
-        rng = np.random.default_rng(sampling.seed)
+        noise = PositionNoise(sampling.seed)
         t0 = time.perf_counter()
         last, aux, prefill_s = self._prefill(ids, self.teacher.greedy_output if sampling.greedy else LOGITS)
         if not sampling.greedy:
-            root = sample_token(last.logits[0, -1], sampling, rng)
+            root = sample_token(last.logits[0, -1], sampling, noise, len(ids))
         else:  # the prompt's last row only (the chunk's other rows are never read)
             root = int(last.argmax[0, -1]) if last.argmax is not None else int(np.argmax(last.logits[0, -1]))
         ttft = time.perf_counter() - t0
@@ -256,7 +257,7 @@ class SpeculativeEngine:
         stop = "eos" if root in eos else "max_new_tokens"
         while stop != "eos" and len(tokens) < max_new_tokens:
             try:
-                trace = self._step(root, proposer, sampling, rng, len(steps))
+                trace = self._step(root, proposer, sampling, noise, len(steps))
             except CacheCapacityError:
                 stop = "cache_full"
                 break

@@ -8,13 +8,18 @@ that follows node ``i`` (``logits[i]``). Acceptance walks down from the root:
   bonus. Every emitted token is therefore the teacher's own greedy choice: output equals greedy decoding.
   It needs only the argmax of every node (``argmax[i]``, numpy's tie rule), which the teacher computes in its
   graph (``Teacher.forward(..., output="argmax")``), not the logits.
-* **sampling** -- multi-candidate rejection sampling with deterministic drafts (SpecInfer / EAGLE): at the
-  current node with target distribution ``p``, try the children in index order; child token ``x`` is
-  accepted with probability ``p(x)`` (the draft put all its mass on ``x``); when rejected, ``p(x)`` is set
-  to zero and ``p`` renormalised (the *residual*). If a child is accepted, descend and repeat with that
-  node's ``p``; if all are rejected (or the node is a leaf), the bonus is sampled from the residual. Each
-  step emits exactly a sample of the teacher's distribution, so output is distributed as teacher-only
-  sampling with the same ``SamplingParams``.
+* **sampling** -- position-keyed Gumbel-max: the token at sequence position ``t`` is
+  ``argmax_v(log p(v) + g_t(v))``, where ``p`` is the teacher's distribution after the context (temperature,
+  top-k, top-p: ``target_probs``) and ``g_t`` is Gumbel noise drawn from a counter-based stream keyed by
+  (seed, t) (``PositionNoise``). Acceptance is then greedy acceptance of that target: at the current node (depth
+  ``d``, its next token at position ``t = base + d``) move to the child whose token equals the target, else emit
+  the target as the bonus. Why: (1) exact -- for a fixed context, Gumbel-max with fresh noise is an exact sample
+  of ``p``, and each position's noise is independent of every other position's, so the emitted sequence is
+  distributed as teacher-only sampling; (2) a draft ``x`` is accepted with probability ``p(x)`` and a set of
+  sibling drafts with their total probability, the most any lossless scheme accepts for candidates fixed before
+  verification (as SpecInfer / EAGLE's recursive rejection sampling); (3) reproducible -- the emitted token at
+  position ``t`` depends only on the seed, the position and the context, not on the tree, the proposer, the
+  budget, the warm-up or the batch: the same seed gives the same text with or without speculation.
 
 Terms (root, node, accepted, bonus) as defined in ``mindspore_eagle.tree``.
 """
@@ -132,36 +137,59 @@ def accept_greedy(layout: TreeLayout, argmax: np.ndarray) -> Acceptance:
         path.append(nxt)
 
 
-def accept_sampling(layout: TreeLayout, logits: np.ndarray, params: SamplingParams,
-                    rng: np.random.Generator) -> Acceptance:
-    """Lossless multi-candidate acceptance for deterministic drafts (see the module docstring); ``logits [N, V]``,
-    since every node's whole distribution may be needed (greedy ``params``: ``accept_greedy`` of their argmax)."""
+class PositionNoise:
+    """Gumbel noise per sequence position from a counter-based stream keyed by (seed, position): the same
+    (seed, position) always gives the same vector, distinct positions independent vectors (NumPy's Philox keyed by
+    a ``SeedSequence(seed, spawn_key=(position,))``: any integer seed >= 0). A few recent positions are cached
+    (a tree verification reads one vector per depth; a step's next tree starts where it ended)."""
+
+    def __init__(self, seed: int, keep: int = 64):
+        self.seed = int(seed)
+        self._cache: dict[tuple[int, int], np.ndarray] = {}
+        self._keep = keep
+
+    def gumbel(self, position: int, size: int) -> np.ndarray:
+        key = (int(position), int(size))
+        g = self._cache.get(key)
+        if g is None:
+            ss = np.random.SeedSequence(self.seed, spawn_key=(int(position),))
+            g = np.random.Generator(np.random.Philox(ss)).gumbel(size=size)
+            if len(self._cache) >= self._keep:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = g
+        return g
+
+
+def gumbel_target(logits: np.ndarray, params: SamplingParams, noise: PositionNoise, position: int) -> int:
+    """The token at ``position``: ``argmax(log p + g_position)`` over the support of ``p`` (module docstring)."""
+    p = target_probs(logits, params)
+    with np.errstate(divide="ignore"):
+        score = np.log(p) + noise.gumbel(position, p.size)
+    return int(np.argmax(score))  # log 0 = -inf: never outside the support (p has positive mass somewhere)
+
+
+def accept_sampling(layout: TreeLayout, logits: np.ndarray, params: SamplingParams, noise: PositionNoise,
+                    position: int) -> Acceptance:
+    """Lossless, reproducible acceptance for deterministic drafts (module docstring); ``logits [N, V]`` of every
+    node, ``position``: the sequence position of the token after the root (the root's position + 1). Greedy
+    ``params``: ``accept_greedy`` of the argmax."""
     if params.greedy:
         return accept_greedy(layout, np.argmax(logits, -1))
+    depth = layout.depth
     kids = children_lists(layout)
     path = [0]
     while True:
         cur = path[-1]
-        p = target_probs(logits[cur], params)
-        accepted = None
-        for c in kids[cur]:
-            x = int(layout.tokens[c])
-            if p[x] > 0 and rng.random() < p[x]:
-                accepted = c
-                break
-            # Rejected: the residual drops x. It keeps positive mass, since x was rejected only if p(x) < 1.
-            p[x] = 0.0
-            p /= p.sum()
-        if accepted is None:
-            bonus = int(rng.choice(p.size, p=p))
-            tokens = tuple(int(layout.tokens[n]) for n in path[1:]) + (bonus,)
-            return Acceptance(tuple(path), tokens, bonus)
-        path.append(accepted)
+        target = gumbel_target(logits[cur], params, noise, position + int(depth[cur]))
+        nxt = next((c for c in kids[cur] if int(layout.tokens[c]) == target), None)
+        if nxt is None:
+            tokens = tuple(int(layout.tokens[n]) for n in path[1:]) + (target,)
+            return Acceptance(tuple(path), tokens, target)
+        path.append(nxt)
 
 
-def sample_token(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:
-    """One token from the teacher's distribution (teacher-only sampling and the one-node tree alike)."""
+def sample_token(logits: np.ndarray, params: SamplingParams, noise: PositionNoise, position: int) -> int:
+    """The token at ``position`` from the teacher's distribution (teacher-only sampling, the prefill's first token)."""
     if params.greedy:
         return int(np.argmax(logits))
-    p = target_probs(logits, params)
-    return int(rng.choice(p.size, p=p))
+    return gumbel_target(logits, params, noise, position)

@@ -165,7 +165,7 @@ def bench_commit(teacher, reps: int) -> dict:
 
 def bench_host(teacher, reps: int) -> dict:
     from mindspore_eagle.tree import ForwardInputs, TreeLayout, check_tree
-    from mindspore_eagle.verify import SamplingParams, accept_greedy, accept_sampling
+    from mindspore_eagle.verify import PositionNoise, SamplingParams, accept_greedy, accept_sampling
 
     rng = np.random.default_rng(1)
     layout = TreeLayout.from_parents([int(t) for t in rng.integers(0, VOCAB, 16)], BUSHY_PARENTS)
@@ -175,14 +175,13 @@ def bench_host(teacher, reps: int) -> dict:
     logits = out.logits[0]
     argmax = np.argmax(logits, -1)  # what the greedy verification forward returns (output="argmax")
     sampling = SamplingParams(temperature=0.7, top_p=0.9)
-    gen = np.random.default_rng(0)
     import mindspore as ms
 
     raw = ms.Tensor(np.zeros((1, 16, VOCAB), np.float32))
     fns = {"check_tree": lambda: check_tree(layout, VOCAB),
            "inputs_and_mask": lambda: ForwardInputs.for_tree(layout, L, 16, max_len),
            "accept_greedy": lambda: accept_greedy(layout, argmax),
-           "accept_sampling": lambda: accept_sampling(layout, logits, sampling, gen),
+           "accept_sampling": lambda: accept_sampling(layout, logits, sampling, PositionNoise(0), L + 1),
            "logits_to_numpy": lambda: raw.asnumpy()[:, :16]}
     res = {n: round(v, 3) for n, v in timed(fns, reps).items()}
     print("\nhost work of one cycle (16-node tree, context 1024, ms): " + ", ".join(f"{n} {v}" for n, v in res.items()))

@@ -187,16 +187,16 @@ def test_negative_control_a_lossy_acceptance_fails_the_same_check(long_setup, mo
     """The check above can fail: accepting the first child whenever the teacher allows it (instead of with
     probability p) skews the samples towards the drafts, and the chi-square test rejects them."""
     import mindspore_eagle.engine as engine_module
-    from mindspore_eagle.verify import Acceptance, children_lists
+    from mindspore_eagle.verify import Acceptance, children_lists, sample_token
 
-    def lossy(layout, logits, params, rng):
+    def lossy(layout, logits, params, noise, position):
         kids = children_lists(layout)
         path = [0]
         while True:
             p = target_probs(logits[path[-1]], params)
             nxt = next((c for c in kids[path[-1]] if p[int(layout.tokens[c])] > 0), None)
             if nxt is None:
-                bonus = int(rng.choice(p.size, p=p))
+                bonus = sample_token(logits[path[-1]], params, noise, position + len(path) - 1)
                 return Acceptance(tuple(path), tuple(int(layout.tokens[n]) for n in path[1:]) + (bonus,), bonus)
             path.append(nxt)
 
@@ -204,3 +204,15 @@ def test_negative_control_a_lossy_acceptance_fails_the_same_check(long_setup, mo
     monkeypatch.setattr(engine_module, "accept_sampling", lossy)
     pvalues = chi_square_pvalues(hybrid_samples(teacher, model, 300), model, HYBRID_PROMPT)
     assert min(pvalues) < 1e-3, pvalues
+
+
+def test_the_same_seed_gives_the_same_tokens_with_or_without_speculation(setup):
+    """Position-keyed sampling: the tree changes how many tokens a step emits, never which ones."""
+    teacher, model = setup
+    engine = SpeculativeEngine(teacher)
+    for seed in range(12):
+        s = SamplingParams(seed=seed, **PARAMS)
+        plain = engine.generate(PROMPT, 10, sampling=s).tokens
+        spec = engine.generate(PROMPT, 10, sampling=s, proposer=TopTokensProposer(model))
+        assert spec.tokens == plain, seed
+    assert spec.tau > 1.0  # drafts were accepted along the way

@@ -7,7 +7,8 @@ from scipy import stats
 
 from mindspore_eagle.errors import ConfigError
 from mindspore_eagle.tree import TreeLayout
-from mindspore_eagle.verify import SamplingParams, accept_greedy, accept_sampling, sample_token, target_probs
+from mindspore_eagle.verify import (PositionNoise, SamplingParams, accept_greedy, accept_sampling, sample_token,
+                                   target_probs)
 
 V = 6
 
@@ -73,10 +74,9 @@ def test_target_probs_top_k_and_top_p_keep_the_right_support():
 
 
 def _first_two_tokens_distribution(logits_by_node, tree, params, n, seed):
-    rng = np.random.default_rng(seed)
     counts = {}
-    for _ in range(n):
-        acc = accept_sampling(tree, logits_by_node, params, rng)
+    for i in range(n):  # one seed per draw: each is an independent sample
+        acc = accept_sampling(tree, logits_by_node, params, PositionNoise(seed * n + i), 10)
         counts[acc.tokens[0]] = counts.get(acc.tokens[0], 0) + 1
     return counts
 
@@ -125,10 +125,9 @@ def test_second_token_is_conditionally_teacher_distributed():
     rng = np.random.default_rng(3)
     logits = rng.normal(0, 1.0, (TREE.num_nodes, V))
     params = SamplingParams(temperature=1.0)
-    rng2 = np.random.default_rng(5)
     seconds = []
-    for _ in range(30000):
-        acc = accept_sampling(TREE, logits, params, rng2)
+    for i in range(30000):
+        acc = accept_sampling(TREE, logits, params, PositionNoise(5 * 30000 + i), 10)
         if acc.tokens[0] == 4:
             seconds.append(acc.tokens[1])
     p = target_probs(logits[2], params)
@@ -139,8 +138,31 @@ def test_second_token_is_conditionally_teacher_distributed():
 
 def test_sampling_is_reproducible_for_a_seed_and_greedy_at_zero_temperature():
     logits = np.random.default_rng(0).normal(0, 1, (TREE.num_nodes, V))
-    a = [accept_sampling(TREE, logits, SamplingParams(1.0), np.random.default_rng(9)) for _ in range(3)]
+    a = [accept_sampling(TREE, logits, SamplingParams(1.0), PositionNoise(9), 10) for _ in range(3)]
     assert a[0] == a[1] == a[2]
-    assert (accept_sampling(TREE, logits, SamplingParams(0.0), np.random.default_rng(9))
+    assert (accept_sampling(TREE, logits, SamplingParams(0.0), PositionNoise(9), 10)
             == accept_greedy(TREE, np.argmax(logits, -1)))
-    assert sample_token(logits[0], SamplingParams(0.0), np.random.default_rng(0)) == int(np.argmax(logits[0]))
+    assert sample_token(logits[0], SamplingParams(0.0), PositionNoise(0), 10) == int(np.argmax(logits[0]))
+
+
+def test_sampled_tokens_do_not_depend_on_the_tree():
+    """The token at a position depends on (seed, position, context) only: the tree's emitted tokens are exactly
+    what sampling one token at a time gives, whatever the tree proposed."""
+    logits = np.random.default_rng(4).normal(0, 1, (TREE.num_nodes, V))
+    root_only = TreeLayout.single(int(TREE.tokens[0]))
+    for seed in range(200):
+        acc = accept_sampling(TREE, logits, SamplingParams(1.0), PositionNoise(seed), 10)
+        first = sample_token(logits[0], SamplingParams(1.0), PositionNoise(seed), 10)
+        assert acc.tokens[0] == first  # the root's next token, with or without drafts under the root
+        assert accept_sampling(root_only, logits[:1], SamplingParams(1.0), PositionNoise(seed), 10).tokens == (first,)
+        if acc.num_accepted:  # the next token after an accepted child is the one-token sample at position 11
+            node = acc.path[1]
+            assert acc.tokens[1] == sample_token(logits[node], SamplingParams(1.0), PositionNoise(seed), 11)
+
+
+def test_position_noise_is_keyed_by_seed_and_position():
+    a, b = PositionNoise(3), PositionNoise(3)
+    assert np.array_equal(a.gumbel(7, 50), b.gumbel(7, 50))
+    assert not np.array_equal(a.gumbel(7, 50), a.gumbel(8, 50))
+    assert not np.array_equal(a.gumbel(7, 50), PositionNoise(4).gumbel(7, 50))
+    assert np.array_equal(PositionNoise(2 ** 70).gumbel(1, 8), PositionNoise(2 ** 70).gumbel(1, 8))

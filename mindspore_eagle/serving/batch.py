@@ -45,7 +45,7 @@ from ..errors import CacheCapacityError, ConfigError
 from ..teacher import LOGITS, Teacher
 from ..tree import ForwardInputs, TreeLayout, check_tree
 from ..tree.mask import MASK_VALUE, tree_visibility
-from ..verify import SamplingParams, accept_greedy, accept_sampling, sample_token
+from ..verify import PositionNoise, SamplingParams, accept_greedy, accept_sampling, sample_token
 
 FINISH_REASONS = ("eos", "max_new_tokens", "cache_full", "cancelled")
 
@@ -85,7 +85,7 @@ class Request:
     submitted_s: float = 0.0
     first_token_s: float | None = None
     finished_s: float | None = None
-    rng: np.random.Generator | None = None
+    noise: PositionNoise | None = None  # the request's position-keyed sampling noise (verify.PositionNoise)
     _aux: list = field(default_factory=list, repr=False)  # prompt rows' EAGLE-3 features (for the proposer)
 
     @property
@@ -269,7 +269,7 @@ class BatchEngine:
             while self.free_slots and self._waiting:
                 req = self._waiting.popleft()
                 req.slot = self.free_slots.pop(0)
-                req.rng = np.random.default_rng(req.sampling.seed)
+                req.noise = PositionNoise(req.sampling.seed)
                 if self.proposer_factory is not None and req.max_nodes > 1:
                     req.proposer = self.proposer_factory()
                 self.running.append(req)
@@ -376,7 +376,7 @@ class BatchEngine:
                 g = greedy_ids[o:o + n] if greedy_ids is not None else np.argmax(out.logits[0, o:o + n], -1)
                 acc = accept_greedy(layout, g)
             else:
-                acc = accept_sampling(layout, out.logits[0, o:o + n], req.sampling, req.rng)
+                acc = accept_sampling(layout, out.logits[0, o:o + n], req.sampling, req.noise, req.written + 1)
             s, d = path_moves(np.asarray(acc.path, np.int64), req.slot * self.slot_len + req.written)
             src.append(s)
             dst.append(d)
@@ -408,7 +408,7 @@ class BatchEngine:
         if req.sampling.greedy:
             root = int(greedy_ids[last]) if greedy_ids is not None else int(np.argmax(out.logits[0, last]))
         else:
-            root = sample_token(out.logits[0, last], req.sampling, req.rng)
+            root = sample_token(out.logits[0, last], req.sampling, req.noise, len(req.prompt))
         req.first_token_s = time.perf_counter()
         if req.proposer is not None:
             req.proposer.begin(req.prompt, np.concatenate(req._aux, 0), root)
