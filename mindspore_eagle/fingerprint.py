@@ -1,12 +1,13 @@
 """A fingerprint of a model or head directory's *content*, so a resumed evaluation can tell that the model behind a
 path changed (re-converted, re-trained or replaced in place) instead of silently mixing two models in one trace.
 
-The fingerprint is a SHA-256 over every regular file of the directory (sorted by name, hidden files skipped):
-its name and size, and its bytes -- all of them for files up to ``FULL_BYTES``, else the first and last
-``EDGE_BYTES`` (a safetensors header lives at the start) plus ``SAMPLES`` blocks of ``BLOCK_BYTES`` at evenly
-spaced offsets. Re-training changes every weight and therefore every sampled block; the cost stays a few
-milliseconds even for a multi-gigabyte teacher (about 2.5 MB read per large file). Identical content gives the
-same fingerprint wherever and whenever it was written (mtime is not part of it).
+The fingerprint is a SHA-256 over every regular file of the directory (sorted by name, hidden files skipped): its
+name, its size and *all* its bytes. (An earlier version read only the ends and 16 sampled blocks of a large file:
+scaling one attention weight of layer 10 of the default teacher in place left it unchanged.) Reading everything
+is cheap next to a load: the default teacher's 605 MB hash in 0.5 s on a 2-core AMD EPYC Zen 3 (SHA extensions),
+and a process hashes a file once: the digest is memoised by (path, size, mtime_ns, inode), so a changed file is
+read again. Identical content gives the same fingerprint wherever and whenever it was written (mtime is only part
+of the memo key, never of the fingerprint).
 """
 
 from __future__ import annotations
@@ -16,23 +17,21 @@ import os
 
 from .errors import AssetError
 
-FULL_BYTES = 4 << 20
-EDGE_BYTES = 1 << 20
-BLOCK_BYTES = 64 << 10
-SAMPLES = 16
+CHUNK_BYTES = 8 << 20
+_MEMO: dict[tuple[str, int, int, int], bytes] = {}
 
 
-def _file_digest(h, path: str, size: int) -> None:
-    with open(path, "rb") as f:
-        if size <= FULL_BYTES:
-            h.update(f.read())
-            return
-        h.update(f.read(EDGE_BYTES))
-        for i in range(1, SAMPLES + 1):
-            f.seek(size * i // (SAMPLES + 1))
-            h.update(f.read(BLOCK_BYTES))
-        f.seek(size - EDGE_BYTES)
-        h.update(f.read(EDGE_BYTES))
+def _file_digest(path: str, size: int) -> bytes:
+    st = os.stat(path)
+    key = (os.path.abspath(path), size, st.st_mtime_ns, st.st_ino)
+    digest = _MEMO.get(key)
+    if digest is None:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(CHUNK_BYTES):
+                h.update(chunk)
+        digest = _MEMO[key] = h.digest()
+    return digest
 
 
 def directory_fingerprint(path: str) -> str:
@@ -48,7 +47,7 @@ def directory_fingerprint(path: str) -> str:
                 continue
             size = os.path.getsize(full)
             h.update(f"{name}\0{size}\0".encode("utf-8", "surrogateescape"))
-            _file_digest(h, full, size)
+            h.update(_file_digest(full, size))
     except OSError as exc:
         raise AssetError(f"{path}: cannot read for fingerprinting ({exc})") from None
     return "sha256:" + h.hexdigest()

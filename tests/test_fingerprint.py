@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from mindspore_eagle.errors import AssetError
-from mindspore_eagle.fingerprint import EDGE_BYTES, FULL_BYTES, directory_fingerprint
+from mindspore_eagle.fingerprint import directory_fingerprint
 
 
 def write(d, name, data):
@@ -34,16 +34,24 @@ def test_one_changed_byte_of_a_small_file_changes_it(tmp_path):
     assert directory_fingerprint(str(tmp_path)) != before
 
 
-def test_a_large_file_is_sampled_at_its_header_its_end_and_spread_blocks(tmp_path):
-    size = FULL_BYTES + 3 * EDGE_BYTES
+def test_any_changed_byte_of_a_large_file_changes_it_even_in_place(tmp_path):
+    """Every byte counts, including one between the blocks the old sampling read (the issue's probe: one weight of
+    a middle layer scaled in place, same size), and an edit in place is seen by the same process (memo key)."""
+    size = (24 << 20) + 12345
     data = bytearray(size)
     write(tmp_path, "w.bin", bytes(data))
     before = directory_fingerprint(str(tmp_path))
-    for offset in (10, size - 10, size // 17 + 5):  # the header, the tail, the first spread block
-        changed = bytearray(data)
-        changed[offset] = 1
-        write(tmp_path, "w.bin", bytes(changed))
+    for offset in (10, size - 10, size // 17 + 5, size // 2 + 777, (1 << 20) + 70000):
+        with open(tmp_path / "w.bin", "r+b") as f:  # in place: same size, same inode
+            f.seek(offset)
+            f.write(b"\1")
+        os.utime(tmp_path / "w.bin", ns=(offset, offset))  # a fresh mtime, as a write has
         assert directory_fingerprint(str(tmp_path)) != before, offset
+        with open(tmp_path / "w.bin", "r+b") as f:
+            f.seek(offset)
+            f.write(b"\0")
+        os.utime(tmp_path / "w.bin", ns=(offset + 1, offset + 1))
+        assert directory_fingerprint(str(tmp_path)) == before, offset
     write(tmp_path, "w.bin", bytes(data) + b"\0")  # one byte longer
     assert directory_fingerprint(str(tmp_path)) != before
 
