@@ -159,6 +159,18 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prompt_ids(args: argparse.Namespace) -> list[int]:
+    """The prompt's ids (chat template unless --raw), refused with CacheCapacityError when they cannot fit
+    --max-cache-len, before any weight is read (only the tokenizer is loaded)."""
+    from .assets import require_default_model
+    from .engine import validate_request
+    from .tokenizer import load_tokenizer
+
+    tok = load_tokenizer(os.path.abspath(args.model or require_default_model()))
+    ids = tok.encode(args.prompt) if args.raw else tok.encode_chat([{"role": "user", "content": args.prompt}])
+    return validate_request(ids, args.max_new_tokens, tok.vocab_size, args.max_cache_len)
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from .build import ORACLES
     from .errors import ConfigError
@@ -170,10 +182,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if spec and args.draft in ORACLES:
         raise ConfigError(f"--draft {args.draft}: oracles need the greedy output first; use them with bench or eval")
     sampling = SamplingParams(args.temperature, args.top_p, args.top_k_sample, args.seed)
+    _runtime(args)  # the flags first (they need nothing loaded),
+    if spec:
+        _budget(args)
+    ids = _prompt_ids(args)  # then the prompt against the cache, before the teacher loads and compiles
     stack = _build(args, spec)
     tok, engine = stack.tokenizer, stack.engine
     proposer = stack.proposer_for(None) if spec else None
-    ids = tok.encode(args.prompt) if args.raw else tok.encode_chat([{"role": "user", "content": args.prompt}])
     if args.warmup:
         # Compile every shape the request can meet (the harness's warm-up, as bench and eval do) so the timing
         # below is steady state: an 8-token run compiled only the shapes its own steps used, and the adaptive
@@ -433,6 +448,11 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except EagleError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # disk full, read-only file system, a path that cannot be created: one line, no traceback
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"error: {type(exc).__name__}: {exc.strerror or exc}{where}; check the path, its permissions and the "
+              "free space", file=sys.stderr)
         return 2
 
 

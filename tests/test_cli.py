@@ -114,3 +114,30 @@ def test_greedy_output_flag_reaches_the_runtime():
     assert cli._runtime(args).greedy_kind == "logits"  # CPU default: the host reduces
     args = parser.parse_args(["generate", "--prompt", "hi", "--greedy-output", "argmax"])
     assert cli._runtime(args).greedy_kind == "argmax"
+
+
+def test_a_prompt_longer_than_the_cache_is_refused_before_the_teacher_loads(capsys, monkeypatch):
+    """Only the tokenizer is read: the refusal came after a 107 s warm-up compile before (issue 34)."""
+    import mindspore_eagle.build as build_module
+
+    def no_build(*a, **k):
+        raise AssertionError("the teacher was built before the prompt was checked")
+
+    monkeypatch.setattr(build_module, "build", no_build)
+    model = default_model_or_skip()
+    code = cli.main(["generate", "--model", model, "--prompt", "word " * 600, "--max-cache-len", "256"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "CacheCapacityError" in err and "does not fit the cache" in err
+
+
+def test_an_output_path_that_cannot_be_written_is_one_line_not_a_traceback(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    code, err = run_cli("report", str(tmp_path), "--json", str(blocker / "r.json"))
+    assert code == 2
+    assert "Traceback" not in err and err.count("\n") <= 1 and "error:" in err
+    model = default_model_or_skip()
+    code, err = run_cli("eval", "--model", model, "--out", str(blocker / "out"), "--limit", "1", "--no-plots")
+    assert code == 2 and "Traceback" not in err
+    assert "NotADirectoryError" in err or "FileExistsError" in err, err
+    assert "check the path, its permissions and the free space" in err
