@@ -161,6 +161,29 @@ def load_evalset(subset: str = "all") -> list[EvalItem]:
     return sorted(items, key=lambda i: i.id)
 
 
+def _custom_item(d, where: str) -> EvalItem:
+    """One custom conversation, its types checked (nothing coerced: ``"turns": "abc"`` is not three turns a, b, c,
+    and a null id is not the id "None")."""
+    form = '{"id": str, "category": str (optional), "turns": [str, ...] or "turns_ids": [[int, ...], ...]}'
+    if not isinstance(d, dict):
+        raise ConfigError(f"{where}: expected an object {form}")
+    cid, category = d.get("id"), d.get("category", "custom")
+    if not isinstance(cid, str) or not cid:
+        raise ConfigError(f"{where}: 'id' must be a non-empty string, got {cid!r}; expected {form}")
+    if not isinstance(category, str):
+        raise ConfigError(f"{where}: 'category' must be a string, got {category!r}")
+    turns, turns_ids = d.get("turns", []), d.get("turns_ids", [])
+    if not isinstance(turns, list) or not all(isinstance(t, str) for t in turns):
+        raise ConfigError(f"{where}: 'turns' must be a list of strings, got {turns!r}")
+    if not isinstance(turns_ids, list) or not all(
+            isinstance(t, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in t) for t in turns_ids):
+        raise ConfigError(f"{where}: 'turns_ids' must be a list of lists of integers, got {turns_ids!r}")
+    try:
+        return EvalItem(cid, category, tuple(turns), tuple(tuple(t) for t in turns_ids))
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
 def load_custom(path: str) -> list[EvalItem]:
     """A custom set from a JSONL file (format in the module docstring), sorted by id."""
     items = []
@@ -174,12 +197,9 @@ def load_custom(path: str) -> list[EvalItem]:
                 continue
             try:
                 d = json.loads(line)
-                items.append(EvalItem(str(d["id"]), str(d.get("category", "custom")),
-                                      tuple(str(t) for t in d.get("turns", ())),
-                                      tuple(tuple(int(t) for t in ids) for ids in d.get("turns_ids", ()))))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ConfigError(f"{path}:{n}: expected {{\"id\", \"category\", \"turns\" or \"turns_ids\"}} "
-                                  f"({exc})") from None
+            except ValueError as exc:
+                raise ConfigError(f"{path}:{n}: not a JSON object ({exc})") from None
+            items.append(_custom_item(d, f"{path}:{n}"))
     if not items:
         raise ConfigError(f"{path}: no conversations")
     check_unique_ids(items, path)

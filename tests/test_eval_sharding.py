@@ -177,6 +177,24 @@ def test_custom_sets_load_sorted_and_name_the_bad_line(tmp_path):
         load_custom(str(p))
 
 
+@pytest.mark.parametrize("line, needle", [
+    ('{"id": "a", "turns": "abc"}', "'turns' must be a list of strings"),  # was three turns: a, b, c
+    ('{"id": null, "turns": ["hi"]}', "'id' must be a non-empty string"),  # was the id "None"
+    ('{"id": 7, "turns": ["hi"]}', "'id' must be a non-empty string"),
+    ('{"id": "a", "turns": [1, 2]}', "'turns' must be a list of strings"),
+    ('{"id": "a", "turns_ids": [["1", 2]]}', "'turns_ids' must be a list of lists of integers"),
+    ('{"id": "a", "turns_ids": [[true]]}', "'turns_ids' must be a list of lists of integers"),
+    ('{"id": "a", "category": 3, "turns": ["hi"]}', "'category' must be a string"),
+    ('["a", "b"]', "expected an object"),
+])
+def test_custom_set_values_are_checked_not_coerced(tmp_path, line, needle):
+    p = tmp_path / "set.jsonl"
+    p.write_text('{"id": "ok", "turns": ["hi"]}\n' + line + "\n")
+    with pytest.raises(ConfigError, match="set.jsonl:2") as err:
+        load_custom(str(p))
+    assert needle in str(err.value)
+
+
 def test_turn_ids_that_collide_across_conversations_are_refused_naming_both(tmp_path):
     """Conversation ``a`` (two turns: ``a-t1``, ``a-t2``) and conversation ``a-t1`` both have a turn ``a-t1``: one of
     them vanished from the merge and the report, and a resume counted it as finished. Refused when the set is
