@@ -118,6 +118,15 @@ def _check_args(args: argparse.Namespace) -> None:
     if getattr(args, "raw", False) and args.prompt == "":
         raise ConfigError("--prompt '' with --raw: an empty prompt has no token to continue; give some text (or "
                           "drop --raw: the chat template makes a prompt even of an empty message)")
+    draft, proposer = getattr(args, "draft", None), getattr(args, "proposer", None)
+    if draft is not None and getattr(args, "mode", "spec") == "greedy":
+        raise ConfigError(f"--draft {draft}: --mode greedy drafts nothing; drop --draft or use --mode spec")
+    if draft is not None and draft not in ("oracle", "wrong") and proposer == "suffix":
+        raise ConfigError(f"--draft {draft}: --proposer suffix uses no head; drop --draft or use --proposer hybrid "
+                          "or eagle")
+    if getattr(args, "suffix_calibration", "shipped") == "online" and proposer == "eagle":
+        raise ConfigError("--suffix-calibration online: --proposer eagle has no suffix source to calibrate; use "
+                          "--proposer suffix or hybrid")
     for flag in ("trace", "json"):
         path = getattr(args, flag, None)
         if path:

@@ -141,3 +141,14 @@ def test_an_output_path_that_cannot_be_written_is_one_line_not_a_traceback(tmp_p
     assert code == 2 and "Traceback" not in err
     assert "NotADirectoryError" in err or "FileExistsError" in err, err
     assert "check the path, its permissions and the free space" in err
+
+
+def test_drafting_flags_that_would_be_ignored_are_refused(capsys):
+    """--draft with --mode greedy or --proposer suffix, and --suffix-calibration online with --proposer eagle, used
+    to be ignored silently."""
+    for argv, needle in ((["generate", "--prompt", "hi", "--mode", "greedy", "--draft", "h"], "--mode greedy"),
+                         (["generate", "--prompt", "hi", "--proposer", "suffix", "--draft", "h"], "uses no head"),
+                         (["bench", "--proposer", "eagle", "--suffix-calibration", "online"], "no suffix source")):
+        assert cli.main([*argv, "--model", NOWHERE]) == 2
+        err = capsys.readouterr().err
+        assert "ConfigError" in err and needle in err and NOWHERE not in err
