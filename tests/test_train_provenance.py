@@ -104,7 +104,8 @@ def test_train_draft_refuses_a_non_empty_output_dir_before_any_work(teachers, tm
     assert snapshot(proj) == before
     assert sorted(os.listdir(tmp_path)) == ["proj"]  # no data, run or head directory begun
     with pytest.raises(Started):  # --overwrite lifts the refusal: the work begins
-        train_draft_main(args[1:] + ["--out", str(proj), "--overwrite"])
+        # (buckets the tiny teacher's 256 positions hold: the defaults reach position 261, refused before the work)
+        train_draft_main(args[1:] + ["--out", str(proj), "--overwrite", "--buckets", "16"])
 
 
 def test_a_run_directory_refuses_a_resume_with_another_teacher_data_or_recipe(teachers, tmp_path, capsys):
@@ -158,7 +159,8 @@ def test_data_of_one_teacher_is_neither_extended_nor_trained_on_by_another(teach
     with pytest.raises(IdentityError, match="teacher: 'sha256:"):
         run_generation(teachers[1], str(out), items[3:], None, 4, 6, TOPK, None, 16, (16, 24))
     assert snapshot(out) == before
-    assert cli.main(["train-draft", "--teacher", teachers[1], "--data", str(out), "--out", str(tmp_path / "h")]) == 2
+    assert cli.main(["train-draft", "--teacher", teachers[1], "--data", str(out), "--out", str(tmp_path / "h"),
+                     "--buckets", "16"]) == 2
     assert "holds the answers of another teacher" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["data"]
     mine = tmp_path / "mine"  # a user's directory is not a data directory
@@ -190,7 +192,7 @@ def test_the_default_data_directory_belongs_to_the_teachers_content_not_its_name
     shutil.copytree(teachers[0], moved)
     for teacher in (teachers[0], teachers[1], str(moved)):
         with pytest.raises(Started):
-            train_draft_main(["--teacher", teacher, "--out", str(tmp_path / "head")])
+            train_draft_main(["--teacher", teacher, "--out", str(tmp_path / "head"), "--buckets", "16"])
     a, b, a_moved = chosen
     assert os.path.basename(teachers[0]) == os.path.basename(teachers[1])
     assert a != b and os.path.dirname(a) == os.path.dirname(b) == str(tmp_path / "home" / "train_data")

@@ -58,8 +58,17 @@ constexpr int kAttRM = 2, kAttRN = 1;
 
 // With several row blocks (4 < M <= 16), K is processed in slabs of kSlab panel rows: the chunk's slab stays
 // in L1 while every row block uses it. Between slabs the partial sums wait in y (fp32, exactly the
-// accumulator's value), so slabbing changes no addition's order and may depend on M.
+// accumulator's value), so slabbing changes no addition's order and may depend on M. The slab is as long as L1
+// allows for the panels one block reads: each block call pays a prologue and epilogue (partial sums loaded and
+// stored, masks), which at 32 rows of K dominated the AVX2 block (1 panel, 2 KB per slab; perf: the 16-row
+// forward ran at ~45% of the FMA peak). AVX2 / NEON / portable blocks read 1 panel at M > 2: 256 rows = 16 KB
+// (16-row native Q4_1 forward, 2 threads, Zen 3: 64.6-70 -> 47-48 ms; 8 rows ~30 ms). AVX-512 blocks read 6 panels
+// (256 rows would be 96 KB), so they keep 32 (measured near its FMA peak, docs/results.md).
+#if defined(MSE_ISA_AVX512)
 constexpr int64_t kSlab = 32;
+#else
+constexpr int64_t kSlab = 256;
+#endif
 constexpr int64_t kPrefetchRows = 16;  // prefetch distance along K without slabs
 
 int64_t slab_for_rows(int64_t M, int64_t depth) { return M > kMaxRM && M <= 16 ? kSlab : depth; }

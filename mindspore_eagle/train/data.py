@@ -26,6 +26,11 @@ Sequence ids: a first turn is its conversation id (``prompts.prompt_id``), a lat
 turns together. Resume: a conversation listed in the manifest is never regenerated; one in flight when the run
 stops is redone.
 
+Manifest (``manifest.jsonl``, one record per line, appended after its shard is renamed into place): a last line that
+does not parse is a torn append (a full disk, a kill) and is dropped with a warning -- its conversations are redone
+on resume, after the torn tail is cut off (``repair_manifest``); a bad line with records after it is a ``DataError``
+naming the file and line, and so is a shard name outside the directory (absolute, or climbing out with ``..``).
+
 Identity (``train.identity``): a data directory records, when created, the teacher's content fingerprint and the
 settings that shape its answers (``data_identity``); a run with another teacher or other settings is refused
 instead of appending its answers to the first one's. The default directory is keyed by that fingerprint
@@ -37,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import json
+import math
 import os
 import signal
 import sys
@@ -46,7 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..atomic import write_text
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, EagleError
 from ..fingerprint import directory_fingerprint
 from ..paths import home
 from .identity import claim
@@ -106,12 +112,126 @@ def write_shard(out_dir: str, index: int, seqs: list[Sequence_], starts: list[in
     return path
 
 
-def read_manifest(out_dir: str) -> list[dict]:
+@dataclass(frozen=True)
+class Manifest:
+    """What ``scan_manifest`` found: the records, where the last complete one ends (``good_bytes``: appending
+    after truncating there drops a torn tail), and whether the file ends in a torn line."""
+
+    path: str
+    records: list
+    good_bytes: int
+    torn: bool
+
+
+def shard_name_confined(name) -> bool:
+    """Whether a manifest's shard name stays inside its data directory: a relative path that never climbs out of
+    it (``shard_00000.npz``, ``part/shard_00000.npz``), not absolute, not ``..``-escaping, no NUL."""
+    if not isinstance(name, str) or not name or "\x00" in name or os.path.isabs(name):
+        return False
+    norm = os.path.normpath(name)
+    return norm not in (".", "..") and not norm.startswith(".." + os.sep) and not os.path.isabs(norm)
+
+
+def _manifest_record(rec, path: str, line: int) -> dict:
+    """A manifest line's record, checked: an object naming a shard inside the directory and a list of ids."""
+    if not isinstance(rec, dict) or "shard" not in rec:
+        raise DataError(f"{path}: line {line} is not a manifest record (an object with 'shard' and 'ids')")
+    if not shard_name_confined(rec["shard"]):
+        raise DataError(f"{path}: line {line}: shard {rec['shard']!r} is not a file inside the data directory (an "
+                        "absolute path or one leaving it with '..'); a manifest names its own directory's shards")
+    ids = rec.get("ids")
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise DataError(f"{path}: line {line}: 'ids' must be a list of conversation ids, got {ids!r:.80}")
+    return rec
+
+
+def scan_manifest(out_dir: str) -> Manifest:
+    """Parse ``out_dir``'s manifest. A last line that does not parse is a torn append (a full disk, a kill between
+    the shard's rename and the line's end) and is left out -- the shard it named is not listed, so resume
+    regenerates its conversations; a bad line with records after it is damage: DataError naming file and line."""
     path = os.path.join(out_dir, MANIFEST)
     if not os.path.isfile(path):
-        return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        return Manifest(path, [], 0, False)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise DataError(f"{path}: unreadable manifest ({exc})") from None
+    lines = data.split(b"\n")
+    last = max((n for n, raw in enumerate(lines) if raw.strip()), default=-1)
+    records, offset, good, torn = [], 0, 0, False
+    for n, raw in enumerate(lines):
+        end = offset + len(raw) + (1 if n < len(lines) - 1 else 0)
+        if raw.strip():
+            try:
+                rec = json.loads(raw)
+            except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+                if n == last:
+                    torn = True
+                    break
+                raise DataError(f"{path}: line {n + 1} is not valid JSON ({exc}); only a torn last line (an "
+                                "interrupted append) is skipped: restore the manifest or regenerate the data") from None
+            records.append(_manifest_record(rec, path, n + 1))
+            good = end
+        offset = end
+    return Manifest(path, records, good, torn)
+
+
+_WARNED_TORN: set = set()
+
+
+def read_manifest(out_dir: str) -> list[dict]:
+    """The records of ``out_dir``'s manifest (``scan_manifest``), warning once per file about a torn last line."""
+    m = scan_manifest(out_dir)
+    if m.torn and (m.path, m.good_bytes) not in _WARNED_TORN:
+        _WARNED_TORN.add((m.path, m.good_bytes))
+        print(f"warning: {m.path}: its last line is torn (an interrupted append, e.g. a full disk): ignored; the "
+              f"{len(m.records)} complete records are used and generation resumes after them", file=sys.stderr)
+    return m.records
+
+
+def manifest_good_bytes(out_dir: str) -> int:
+    """Bytes of ``out_dir``'s manifest up to the end of its last complete record (its size without a torn tail)."""
+    return scan_manifest(out_dir).good_bytes
+
+
+def repair_manifest(out_dir: str) -> bool:
+    """Truncate a torn tail off the manifest before appending to it (else the next record would be glued to the
+    fragment: a damaged line in the middle); a last record without its newline gets one. True if it changed."""
+    m = scan_manifest(out_dir)
+    if not os.path.isfile(m.path):
+        return False
+    with open(m.path, "r+b") as f:
+        changed = f.seek(0, os.SEEK_END) != m.good_bytes
+        f.truncate(m.good_bytes)
+        if m.good_bytes:
+            f.seek(m.good_bytes - 1)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+                changed = True
+        if changed:
+            f.flush()
+            os.fsync(f.fileno())
+    return changed
+
+
+def first_out_of_vocab(ids: np.ndarray, vocab_size: int) -> int | None:
+    """Flat index of the first id of ``ids`` outside ``[0, vocab_size)``, None when all are inside."""
+    arr = np.asarray(ids).reshape(-1)
+    bad = np.flatnonzero((arr < 0) | (arr >= vocab_size))
+    return int(bad[0]) if bad.size else None
+
+
+def check_token_ids(seqs, vocab_size: int) -> None:
+    """DataError naming the first sequence and id outside the teacher's vocabulary ``[0, vocab_size)`` (numpy
+    would raise an IndexError on it, or silently wrap a negative one)."""
+    for s in seqs:
+        bad = first_out_of_vocab(s.tokens, vocab_size)
+        if bad is not None:
+            where = s.shard.path if isinstance(s, StoredSequence) else "training data"
+            raise DataError(f"{where}: sequence {s.pid}: token id {int(s.tokens[bad])} (position {bad}) is outside "
+                            f"the teacher's vocabulary [0, {vocab_size}): the data of another model or a damaged "
+                            "shard; regenerate it")
 
 
 class ShardFile:
@@ -278,8 +398,8 @@ def generate_dataset(model_dir: str, out_dir: str, num_conversations: int | None
     from ..tokenizer import load_tokenizer
     from .prompts import as_items, build_conversations
 
-    if max_answer_tokens is not None and max_answer_tokens <= 0:
-        raise ConfigError(f"max_answer_tokens={max_answer_tokens}: must be > 0")
+    check_generation_args(model_dir, num_conversations, batch_size, max_new_tokens, max_prompt_tokens, topk,
+                          time_limit_s, per_category, block, followup_tokens, max_answer_tokens)
     identity = data_identity(model_dir, topk, max_new_tokens, max_prompt_tokens=max_prompt_tokens,
                              per_category=per_category, seed=seed, second_turns=second_turns)
     claim_data_dir(out_dir, identity)  # before anything is written into it
@@ -308,6 +428,56 @@ def generate_dataset(model_dir: str, out_dir: str, num_conversations: int | None
     return len(finished_conversations(out_dir))
 
 
+def check_prompt_ids(items, vocab_size: int) -> None:
+    """ConfigError naming the first conversation, turn and token id outside the teacher's vocabulary ``[0,
+    vocab_size)`` among ``items`` given as ids (text turns are checked by the tokenizer)."""
+    for item in items:
+        for k, turn in enumerate(item.turns_ids):
+            bad = first_out_of_vocab(np.asarray(turn, np.int64), vocab_size) if len(turn) else None
+            if bad is not None:
+                raise ConfigError(f"conversation {item.id}: turn {k + 1}: token id {turn[bad]} (position {bad}) is "
+                                  f"outside the teacher's vocabulary [0, {vocab_size})")
+
+
+def check_generation_args(model_dir: str, num_conversations: int | None, batch_size: int, max_new_tokens: int,
+                          max_prompt_tokens: int, topk: int, time_limit_s: float | None, per_category: int,
+                          block: int, followup_tokens: int, max_answer_tokens: int | None) -> None:
+    """Refuse, before anything is written or loaded, settings that would crash generation later or run it on
+    nothing (ConfigError naming the ``python -m mindspore_eagle.train.data`` flag, the value and what is allowed),
+    including a batch whose caches alone need more memory than this machine has."""
+    from ..config import TeacherConfig
+
+    for flag, value, low in (("--num-conversations", num_conversations, 1), ("--batch-size", batch_size, 1),
+                             ("--max-new-tokens", max_new_tokens, 1), ("--max-prompt-tokens", max_prompt_tokens, 1),
+                             ("--per-category", per_category, 1), ("--max-answer-tokens", max_answer_tokens, 1),
+                             ("block", block, 1), ("followup_tokens", followup_tokens, 0)):
+        if value is not None and value < low:
+            raise ConfigError(f"{flag} {value}: must be >= {low}")
+    if time_limit_s is not None and not (math.isfinite(time_limit_s) and time_limit_s > 0):
+        raise ConfigError(f"--time-limit {time_limit_s}: must be a finite number of seconds > 0 (leave it out for "
+                          "no limit)")
+    if not os.path.isdir(model_dir):
+        raise ConfigError(f"teacher {model_dir}: no such directory; pass --teacher DIR (a converted teacher)")
+    cfg = TeacherConfig.load(model_dir)
+    if not 1 <= topk <= cfg.vocab_size:
+        raise ConfigError(f"--topk {topk}: must be in [1, {cfg.vocab_size}] (the teacher's vocabulary)")
+    rows_one = max_prompt_tokens + max_new_tokens + 1
+    rows_two = rows_one + max_new_tokens + followup_tokens
+    if rows_two > cfg.max_position_embeddings:
+        raise ConfigError(f"--max-new-tokens {max_new_tokens} with --max-prompt-tokens {max_prompt_tokens}: a "
+                          f"two-turn conversation needs {rows_two} cache rows, past the teacher's "
+                          f"{cfg.max_position_embeddings} positions (max_position_embeddings)")
+    # both teachers' fp32 KV caches (one per cache size: K and V, every layer) and each generator's per-slot fp16
+    # features and top-k ids and logits
+    kv_row = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4
+    need = sum(batch_size * rows * (kv_row + 3 * cfg.hidden_size * 2 + topk * 6) for rows in (rows_one, rows_two))
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > total:
+        raise ConfigError(f"--batch-size {batch_size}: {batch_size} slots of up to {rows_two} cache rows need at "
+                          f"least {need / 2 ** 30:.1f} GiB, more than this machine's {total / 2 ** 30:.1f} GiB; use a "
+                          "smaller --batch-size (or shorter --max-prompt-tokens / --max-new-tokens)")
+
+
 def stored_answer_tokens(out_dir: str) -> int:
     """Answer tokens of the shards listed in the manifest."""
     return int(sum(rec.get("answer_tokens", 0) for rec in read_manifest(out_dir)))
@@ -329,13 +499,17 @@ def run_generation(model_dir: str, out_dir: str, items: list, tokenizer, batch_s
     conversations in flight. ``identity`` (default: ``data_identity`` of the teacher, ``topk`` and
     ``max_new_tokens``) must be the directory's own (``claim_data_dir``), else nothing is generated.
     """
-    from ..config import RuntimeConfig
+    from ..config import RuntimeConfig, TeacherConfig
     from ..teacher import Teacher
     from .batch_greedy import BatchGreedyGenerator
 
+    check_prompt_ids(items, TeacherConfig.load(model_dir).vocab_size)  # before the teacher loads
     claim_data_dir(out_dir, identity or data_identity(model_dir, topk, max_new_tokens))
     for stale in glob.glob(os.path.join(out_dir, "*.tmp.npz")):
         os.remove(stale)
+    read_manifest(out_dir)  # says so if its last line is torn
+    if repair_manifest(out_dir):  # the next record goes after the last complete one, not after a fragment
+        print(f"{os.path.join(out_dir, MANIFEST)}: torn last line removed before resuming", file=sys.stderr)
     manifest = read_manifest(out_dir)
     done0 = len(finished_conversations(out_dir))
     state = {"shard": len(manifest), "done": done0, "tokens": 0, "buffer": []}
@@ -429,18 +603,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-answer-tokens", type=int, default=None,
                     help="stop (resumably) once the directory holds this many answer tokens")
     a = ap.parse_args(argv)
-    teacher = a.teacher or default_model_dir()
-    a.out = a.out or default_data_dir(teacher)
     try:
+        teacher = a.teacher or default_model_dir()
+        if not os.path.isdir(teacher):
+            raise ConfigError(f"teacher {teacher}: no such directory; pass --teacher DIR (a converted teacher)")
+        a.out = a.out or default_data_dir(teacher)
         n = generate_dataset(teacher, a.out, a.num_conversations, a.batch_size,
                              a.max_new_tokens, a.max_prompt_tokens, a.topk, time_limit_s=a.time_limit,
                              per_category=a.per_category, second_turns=not a.no_second_turns,
                              max_answer_tokens=a.max_answer_tokens)
     except KeyboardInterrupt:
         return 130
+    except EagleError as exc:  # as the mindspore-eagle CLI: one line, exit 2, no traceback
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
     print(f"{n} conversations in {a.out}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

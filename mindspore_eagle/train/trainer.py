@@ -17,6 +17,12 @@ another one is refused naming the keys; budgets (``--max-steps``, ``--epochs``, 
 (evaluation and checkpoint intervals, ``--patience``) may change on resume. The data must be this teacher's
 (``train.data`` records its teacher); the default data directory is keyed by the teacher's fingerprint.
 
+Early checks: every flag is range-checked before anything is read, loaded or written (``check_train_flags``:
+``--eval-every 0``, ``--clip -1`` or ``--lr nan`` name the flag, the value and what is allowed), then against the
+teacher's config before the data is generated (``check_train_fits``: positions past its rotary table, a head and
+optimizer larger than this machine's memory); token ids outside the teacher's vocabulary in the data are a
+``DataError`` naming the sequence and the id, before the teacher loads.
+
 Entry point: ``train_draft_main(argv)`` (the ``mindspore-eagle train-draft`` command).
 """
 
@@ -34,9 +40,10 @@ import numpy as np
 
 from ..atomic import check_output_dir
 from ..checkpoint import load_tensors, save_tensors, tensor_shapes
-from ..errors import CheckpointError, ConfigError, IdentityError
+from ..errors import CheckpointError, ConfigError, DataError, IdentityError
 from ..fingerprint import directory_fingerprint
-from .data import MANIFEST, Sequence_, StoredSequence, conversation_id, index_sequences
+from .data import (MANIFEST, Sequence_, StoredSequence, check_token_ids, conversation_id, first_out_of_vocab,
+                   index_sequences, manifest_good_bytes)
 from .identity import check_claimable, claim, mismatch, read_identity
 from .ttt import TTTLoss, pack_batch, simulated_tau
 from .vocab import DraftVocab, build_draft_vocab, count_tokens, coverage
@@ -162,6 +169,11 @@ def _count_candidates(seqs: list, vocab_size: int) -> np.ndarray:
             counts += count_tokens([s.topk_ids], vocab_size)
     for shard, members in by_shard.values():
         topk = shard.array("topk_ids")
+        bad = first_out_of_vocab(topk, vocab_size)
+        if bad is not None:
+            raise DataError(f"{shard.path}: top-k token id {int(topk.reshape(-1)[bad])} (row {bad // topk.shape[1]}) "
+                            f"is outside the teacher's vocabulary [0, {vocab_size}): the data of another model or a "
+                            "damaged shard; regenerate it")
         counts += count_tokens([topk[s.row:s.row + len(s.tokens) - 1] for s in members], vocab_size)
     return counts
 
@@ -237,7 +249,9 @@ def data_digest(data_dir: str) -> str:
     """sha256 of the data's manifest: which shards and conversations it lists (a shard is written once and never
     rewritten, so more or other data changes the digest)."""
     with open(os.path.join(data_dir, MANIFEST), "rb") as f:
-        return "sha256:" + hashlib.sha256(f.read()).hexdigest()
+        # up to its last complete record: a torn tail (an interrupted append, dropped by ``read_manifest`` and
+        # removed when generation resumes) is not data, so it must not make the same data look like other data
+        return "sha256:" + hashlib.sha256(f.read(manifest_good_bytes(data_dir))).hexdigest()
 
 
 def _check_data_teacher(data_dir: str, teacher_fp: str) -> None:
@@ -427,12 +441,94 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def parse_buckets(text: str) -> tuple[int, ...]:
+    """``--buckets`` as increasing positive integers (``"128,192,256"``); ConfigError naming the value otherwise:
+    a sequence goes to the first bucket that holds it and evaluation uses the last, so the order is the meaning."""
+    try:
+        buckets = tuple(int(b) for b in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--buckets {text!r}: expected comma-separated integers such as 128,192,256") from None
+    if any(b < 1 for b in buckets) or any(x >= y for x, y in zip(buckets, buckets[1:])):
+        raise ConfigError(f"--buckets {text!r}: must be positive and strictly increasing (entries per sequence, "
+                          "such as 128,192,256)")
+    return buckets
+
+
+def _finite(value: float) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def check_train_flags(a: argparse.Namespace) -> tuple[int, ...]:
+    """Refuse, before anything is read, loaded or written, a flag value that would crash the run later (a zero
+    evaluation interval, no TTT step, a non-positive clip norm) or silently train garbage (a NaN or negative
+    learning rate exports a NaN head; a negative epoch count or a NaN time limit is quietly clamped or ignored).
+    ConfigError names the flag, the value and what is allowed. Returns the parsed ``--buckets``."""
+    ints = (("--num-prompts", a.num_prompts, 1, ""), ("--draft-vocab", a.draft_vocab, 1, ""),
+            ("--ttt-steps", a.ttt_steps, 1, " (draft steps trained per position)"), ("--warmup", a.warmup, 0, ""),
+            ("--tokens-per-batch", a.tokens_per_batch, 1, ""), ("--heldout-max", a.heldout_max, 0, " (0: all)"),
+            ("--train-eval-max", a.train_eval_max, 0, " (0: off)"), ("--patience", a.patience, 0, " (0: never)"),
+            ("--eval-every", a.eval_every, 1, " (optimizer steps between evaluations)"),
+            ("--ckpt-every", a.ckpt_every, 1, " (optimizer steps between checkpoints)"), ("--seed", a.seed, 0, ""),
+            ("--max-steps", a.max_steps, 0, " (0: evaluate and export only)"),
+            ("--max-answer-tokens", a.max_answer_tokens, 1, ""), ("--head-intermediate", a.head_intermediate, 1, ""))
+    for flag, value, low, note in ints:
+        if value is not None and value < low:
+            raise ConfigError(f"{flag} {value}: must be >= {low}{note}")
+    if not (_finite(a.lr) and a.lr > 0):
+        raise ConfigError(f"--lr {a.lr}: must be a finite number > 0 (the peak learning rate, such as 2e-3)")
+    if not (_finite(a.epochs) and a.epochs > 0):
+        raise ConfigError(f"--epochs {a.epochs}: must be a finite number > 0 (fractions allowed; --max-steps 0 "
+                          "evaluates and exports without training)")
+    if not (_finite(a.clip) and a.clip > 0):
+        raise ConfigError(f"--clip {a.clip}: must be a finite number > 0 (the cap on the gradients' global norm; "
+                          "there is no 'off' value: a large one such as 1e9 never clips)")
+    if not (_finite(a.heldout) and 0 < a.heldout < 1):
+        raise ConfigError(f"--heldout {a.heldout}: must be a fraction strictly between 0 and 1 (the share of "
+                          "conversations held out for evaluation)")
+    if not (_finite(a.min_delta) and a.min_delta >= 0):
+        raise ConfigError(f"--min-delta {a.min_delta}: must be a finite number >= 0")
+    if a.time_limit_min is not None and not (_finite(a.time_limit_min) and a.time_limit_min > 0):
+        raise ConfigError(f"--time-limit-min {a.time_limit_min}: must be a finite number of minutes > 0 (leave it "
+                          "out for no time limit)")
+    return parse_buckets(a.buckets)
+
+
+def head_params(tcfg, intermediate: int, draft_vocab: int) -> int:
+    """Trained parameters of a head for teacher ``tcfg``: ``fc`` (3H -> H), attention over ``[embedding,
+    hidden]`` (2H in), the MLP (3 x H x I), the norms and the ``lm_head`` (H x draft vocabulary)."""
+    h, q, kv = tcfg.hidden_size, tcfg.num_heads * tcfg.head_dim, tcfg.num_kv_heads * tcfg.head_dim
+    return 3 * h * h + 2 * h * (q + 2 * kv) + q * h + 3 * h * intermediate + 4 * h + h * draft_vocab
+
+
+def check_train_fits(a: argparse.Namespace, tcfg, buckets: tuple[int, ...]) -> None:
+    """Refuse, before data generation and before the teacher loads, what this teacher cannot train: positions
+    past its rotary table, and a head, optimizer and one batch that need more memory than this machine has (a
+    lower bound: ``--head-intermediate 100000000`` died in a numpy allocation after the data was read)."""
+    last = buckets[-1] + a.ttt_steps - 2  # entry i sits at position i + k at TTT step k (train.ttt)
+    if last >= tcfg.max_position_embeddings:
+        raise ConfigError(f"--ttt-steps {a.ttt_steps} with --buckets {a.buckets}: training reaches position {last}, "
+                          f"past the teacher's positions 0..{tcfg.max_position_embeddings - 1} "
+                          "(max_position_embeddings); use a smaller largest bucket or fewer TTT steps")
+    intermediate = a.head_intermediate or tcfg.intermediate_size
+    vocab = min(a.draft_vocab, tcfg.vocab_size)
+    # weights, gradients and AdamW's two moments in fp32, the frozen embedding table once
+    state = 4 * (4 * head_params(tcfg, intermediate, vocab) + tcfg.vocab_size * tcfg.hidden_size)
+    # one evaluation batch holds at least one sequence padded to the largest bucket: per TTT step and entry, the
+    # logits with their log-softmax and gradient, and the MLP's gate, up and product (more sequences per batch only
+    # add to it, as far as the data has them)
+    batch = 4 * a.ttt_steps * buckets[-1] * 3 * (vocab + intermediate)
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if state + batch > total:
+        raise ConfigError(f"--head-intermediate {intermediate} / --draft-vocab {a.draft_vocab} / --ttt-steps "
+                          f"{a.ttt_steps} / --buckets {a.buckets}: training needs at least "
+                          f"{(state + batch) / 2 ** 30:.1f} GiB (head and optimizer state {state / 2 ** 30:.1f} GiB, "
+                          f"one sequence's batch {batch / 2 ** 30:.1f} GiB), more than this machine's "
+                          f"{total / 2 ** 30:.1f} GiB; use smaller values")
+
+
 def train_draft_main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
-    if a.train_eval_max < 0:
-        raise ConfigError(f"--train-eval-max {a.train_eval_max}: must be >= 0 (0: off)")
-    if a.head_intermediate is not None and a.head_intermediate <= 0:
-        raise ConfigError(f"--head-intermediate {a.head_intermediate}: must be > 0")
+    buckets = check_train_flags(a)  # before anything is read, loaded or written
     os.environ.setdefault("GLOG_v", "3")
     from ..assets import default_model_dir
     from ..config import RuntimeConfig, TeacherConfig
@@ -454,12 +550,14 @@ def train_draft_main(argv: list[str] | None = None) -> int:
     check_output_dir(a.out, a.overwrite or is_exported_head(a.out), ConfigError, protected)
     if not a.export_only:
         check_claimable(run_dir, "run directory", RUN_REMEDY, restart=a.overwrite)
+    tcfg = TeacherConfig.load(teacher_dir)  # its config only: nothing is loaded yet
+    check_train_fits(a, tcfg, buckets)
     if not os.path.isfile(os.path.join(data_dir, MANIFEST)):
         generate_dataset(teacher_dir, data_dir, a.num_prompts)
     _check_data_teacher(data_dir, teacher_fp)
-    tcfg = TeacherConfig.load(teacher_dir)
     plateau = Plateau(a.patience, a.min_delta)
     seqs = index_sequences(data_dir)  # features stay on disk: a batch reads its rows (data.ShardFile)
+    check_token_ids(seqs, tcfg.vocab_size)  # before any count: numpy would index with them (or drop them)
     train = [s for s in seqs if not heldout(s.pid, a.heldout)]
     held = fixed_sample([s for s in seqs if heldout(s.pid, a.heldout)], a.heldout_max)
     if a.max_answer_tokens is not None:
@@ -476,7 +574,6 @@ def train_draft_main(argv: list[str] | None = None) -> int:
     if init_width is not None and intermediate < init_width:
         raise ConfigError(f"--head-intermediate {intermediate}: --init-head {a.init_head} is {init_width} wide; "
                           f"a trained head can be widened, not narrowed")
-    buckets = tuple(int(b) for b in a.buckets.split(","))
     identity = {"kind": "train-run", "teacher": teacher_fp, "data": data_digest(data_dir),
                 "max_answer_tokens": a.max_answer_tokens, "heldout": a.heldout, "heldout_max": a.heldout_max,
                 "draft_vocab": a.draft_vocab, "vocab_from_head": a.vocab_from_head,
@@ -531,9 +628,7 @@ def train_draft_main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(a.seed)
     per_epoch = len(make_batches(train, buckets, a.tokens_per_batch, rng))
     total = max(1, int(a.epochs * per_epoch))
-    if a.max_steps is not None:
-        if a.max_steps < 0:
-            raise ConfigError(f"--max-steps {a.max_steps}: must be >= 0 (0: evaluate and export only)")
+    if a.max_steps is not None:  # >= 0 (check_train_flags)
         total = min(total, a.max_steps)
     trainer = Trainer(head, table, vocab, a.ttt_steps, a.lr, clip=a.clip, warmup=a.warmup, total_steps=total)
     state_path = os.path.join(run_dir, STATE_FILE)

@@ -35,8 +35,10 @@ import mindspore as ms
 import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 
+from ..errors import DataError
 from ..models.eagle3 import Eagle3DraftHead
 from ..models.layers import apply_rope
+from .data import first_out_of_vocab
 
 
 class TTTLoss(nn.Cell):
@@ -170,6 +172,14 @@ def pack_batch(seqs, vocab, t: int, steps: int, prompt_loss: bool = False) -> tu
     loss_mask = np.zeros((b, width), np.float32)
     acc_mask = np.zeros((b, width), np.float32)
     argmax = np.full((b, width), -1, np.int32)
+    vocab_size = vocab.draft_of.shape[0]
+    for s in seqs:  # numpy would raise IndexError on an id past the vocabulary and silently wrap a negative one
+        for what, arr in (("token", s.tokens), ("top-k token", s.topk_ids)):
+            bad = first_out_of_vocab(arr, vocab_size)
+            if bad is not None:
+                raise DataError(f"sequence {s.pid}: {what} id {int(np.asarray(arr).reshape(-1)[bad])} is outside the "
+                                f"teacher's vocabulary [0, {vocab_size}): the data of another model or a damaged "
+                                "shard; regenerate it")
     for j, s in enumerate(seqs):
         n = min(len(s.tokens), width)
         ids[j, :n] = s.tokens[:n]
