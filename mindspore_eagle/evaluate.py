@@ -41,6 +41,7 @@ from typing import Callable, Sequence
 from .atomic import write_text
 from .errors import CacheCapacityError, ConfigError
 from .evalset import EvalItem, check_unique_ids, spread_sample
+from .engine import validate_request
 from .harness import compare, warm_up
 from .sharding import shard as shard_items
 from .trace import MERGED_NAME, SHARD_GLOB, SkippedTurn, TraceFile, TurnSummary, read_trace
@@ -264,8 +265,7 @@ def run_shard(stack, items: Sequence[EvalItem], config: RunConfig, out_dir: str,
     if not todo:
         return written
     eos = stack.eos
-    warm_up(stack.engine, stack.proposer_for, build_prompt(mine[0], 0, [], stack.tokenizer, eos),
-            config.max_new_tokens, eos)
+    warm_up(stack.engine, stack.proposer_for, _warm_up_prompt(stack, mine, config), config.max_new_tokens, eos)
     with open(path, "a", encoding="utf-8") as f:  # opened once warm-up succeeded: a failed one leaves no file
         for item in mine:
             answers: list[Sequence[int]] = []
@@ -278,8 +278,12 @@ def run_shard(stack, items: Sequence[EvalItem], config: RunConfig, out_dir: str,
                 prompt = build_prompt(item, k, answers, stack.tokenizer, eos)
                 sampling = SamplingParams(seed=turn_seed(tid))  # greedy: the seed draws nothing, but is per turn
                 try:
+                    # the turn's own input first (ids outside the vocabulary, an empty turn, a prompt longer than
+                    # the cache): such a turn is recorded with the reason and the run goes on
+                    validate_request(prompt, config.max_new_tokens, stack.teacher.cfg.vocab_size,
+                                     stack.teacher.max_len)
                     r = compare(stack.engine, prompt, stack.proposer_for, config.max_new_tokens, eos, sampling)
-                except CacheCapacityError as exc:  # the prompt does not fit: record it and go on
+                except (CacheCapacityError, ConfigError) as exc:  # this turn cannot run: record it and go on
                     later = [t for t in item.turn_ids[k + 1:] if t in chosen]
                     records = [SkippedTurn(tid, item.category, str(exc))] + [
                         SkippedTurn(t, item.category, f"an earlier turn of the conversation ({tid}) was skipped")
@@ -302,6 +306,21 @@ def run_shard(stack, items: Sequence[EvalItem], config: RunConfig, out_dir: str,
                 if on_turn is not None:
                     on_turn(summary)
     return written
+
+
+def _warm_up_prompt(stack, mine: Sequence[EvalItem], config: RunConfig) -> list[int]:
+    """The first of this worker's first turns that can run (a bad one is recorded during the run, not here); the
+    first turn itself when none can (the warm-up then reports why)."""
+    eos = stack.eos
+    first = build_prompt(mine[0], 0, [], stack.tokenizer, eos)
+    for item in mine:
+        prompt = build_prompt(item, 0, [], stack.tokenizer, eos)
+        try:
+            validate_request(prompt, config.max_new_tokens, stack.teacher.cfg.vocab_size, stack.teacher.max_len)
+            return prompt
+        except (CacheCapacityError, ConfigError):
+            continue
+    return first
 
 
 def summarize_turn(turn_id: str, category: str, rank: int, greedy, spec, sources: dict | None = None) -> TurnSummary:

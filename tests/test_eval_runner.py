@@ -428,3 +428,17 @@ def test_sweep_and_ablation_scripts_write_their_tables_and_plots(tiny, tmp_path,
     assert all(r["turns"] == 2 and r["lossless_turns"] == 2 for r in rows)
     if __import__("importlib").util.find_spec("matplotlib"):
         assert (tmp_path / "sw" / "sweep_budget.png").is_file() and (tmp_path / "ab" / "ablate_window.png").is_file()
+
+
+def test_a_turn_with_bad_ids_is_recorded_and_the_run_goes_on(tiny, tmp_path):
+    """Ids outside the vocabulary stopped the whole run with a ConfigError (issue 34); the turn is now recorded as
+    skipped with the reason, the later turn of its conversation with it, and every other turn runs, even when the bad
+    conversation comes first (the warm-up takes the first turn that can run)."""
+    stack = tiny[0]
+    items = [EvalItem("conv-0bad", "alpha", turns_ids=((1, 2, 10 ** 6), (7,))), *ITEMS[:2]]
+    cfg = dataclasses.replace(RunConfig.for_stack(stack, items, MAX_NEW))
+    run_shard(stack, items, cfg, str(tmp_path), log=lambda s: None)
+    assert sorted(finished_turns(str(tmp_path))) == sorted(t for i in items[1:] for t in i.turn_ids)
+    m = merge(str(tmp_path))
+    assert m.skipped == ("conv-0bad-t1", "conv-0bad-t2")
+    assert "outside the vocabulary" in read_trace(m.path).skipped[0].reason
