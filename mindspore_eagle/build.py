@@ -126,6 +126,9 @@ def check_draft_fits(runtime: RuntimeConfig, draft: str | None, budget: TreeBudg
         runtime.check_tree_size(budget.depth + 1, "oracle chain of TreeBudget.depth + 1")
     else:
         runtime.check_tree_size(budget.max_nodes)
+        # a level deeper than the largest bucket can never be verified, and growing it costs memory and time
+        # (--depth 100000 died of a numpy allocation error): refused with the bound
+        runtime.check_tree_size(budget.depth + 1, "--depth + 1 (the root and one node per level)")
 
 
 def cache_bytes(runtime: RuntimeConfig, cfg: TeacherConfig) -> int:

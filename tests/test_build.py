@@ -66,6 +66,9 @@ def test_unknown_drafting_or_a_budget_no_bucket_holds_is_refused_before_loading(
         build(pair[0], RUNTIME, pair[1], BUDGET, proposer="hybrid", suffix_calibration="learnt", tokenizer=False)
     with pytest.raises(ConfigError, match=r"TreeBudget.max_nodes=32 does not fit RuntimeConfig.buckets=\(1, 8, 16\)"):
         build(pair[0], RUNTIME, pair[1], TreeBudget(max_nodes=32), tokenizer=False)
+    # a depth no bucket can verify (--depth 100000 died of a numpy allocation error while growing the tree)
+    with pytest.raises(ConfigError, match=r"--depth \+ 1 \(the root and one node per level\)=100001 does not fit"):
+        build(pair[0], RUNTIME, pair[1], TreeBudget(max_nodes=8, depth=100000, top_k=4), tokenizer=False)
 
 
 def test_an_oracle_replaces_the_proposer_whatever_the_flags(teacher_only, pair):
