@@ -26,7 +26,7 @@ import pytest
 
 from mindspore_eagle import cli
 from mindspore_eagle.errors import ConfigError, DataError
-from tests.test_train_provenance import H3, TOPK, snapshot
+from tests.test_train_provenance import TOPK, random_sequences, snapshot
 
 VOCAB = 101  # tests.helpers.TINY
 
@@ -150,21 +150,13 @@ def test_both_entry_points_print_one_line_and_exit_2(tiny_taps_dir, tmp_path):
 
 # ---- 2. a torn manifest tail ------------------------------------------------------------------------------------
 def _seqs(prefix: str, n: int, seed: int, bad_token: int | None = None, bad_topk: int | None = None):
-    from mindspore_eagle.train.data import Sequence_
-
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        tokens = rng.integers(3, 100, 12).astype(np.int32)
-        topk = rng.integers(3, 100, (11, TOPK)).astype(np.int32)
-        topk[:, 0] = tokens[1:]
-        if i == n - 1 and bad_token is not None:
-            tokens[7] = bad_token
-        if bad_topk is not None:  # in every sequence: the trainer counts the training split's top-k
-            topk[5, 2] = bad_topk
-        out.append(Sequence_(f"{prefix}{i:02d}", tokens, 4, rng.normal(size=(11, H3)).astype(np.float16), topk,
-                             np.sort(rng.normal(size=(11, TOPK)), -1)[:, ::-1].astype(np.float16)))
-    return out
+    seqs = random_sequences(prefix, n, seed)
+    if bad_token is not None:
+        seqs[-1].tokens[7] = bad_token
+    if bad_topk is not None:  # in every sequence: the trainer counts the training split's top-k
+        for seq in seqs:
+            seq.topk_ids[5, 2] = bad_topk
+    return seqs
 
 
 def _data_dir(path, shards: int = 2, per: int = 8, **bad) -> str:

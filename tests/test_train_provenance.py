@@ -57,10 +57,10 @@ def teachers(tiny_taps_dir, tmp_path_factory):
     return str(a), str(b)
 
 
-def write_data(out, seed: int, n: int = 16) -> str:
-    """A one-shard data directory of ``n`` random sequences of the tiny teacher's shapes (no identity record, as
-    data written by hand or by an older version)."""
-    from mindspore_eagle.train.data import MANIFEST, Sequence_, write_shard
+def random_sequences(prefix: str, n: int, seed: int) -> list:
+    """``n`` random training sequences of the tiny teacher's shapes (12 tokens, prompt 4, top-k led by the next
+    token), ids ``{prefix}00``, ``{prefix}01``, ..."""
+    from mindspore_eagle.train.data import Sequence_
 
     rng = np.random.default_rng(seed)
     seqs = []
@@ -68,8 +68,17 @@ def write_data(out, seed: int, n: int = 16) -> str:
         tokens = rng.integers(3, 100, 12).astype(np.int32)
         topk = rng.integers(3, 100, (11, TOPK)).astype(np.int32)
         topk[:, 0] = tokens[1:]
-        seqs.append(Sequence_(f"s{seed}-{i:02d}", tokens, 4, rng.normal(size=(11, H3)).astype(np.float16), topk,
+        seqs.append(Sequence_(f"{prefix}{i:02d}", tokens, 4, rng.normal(size=(11, H3)).astype(np.float16), topk,
                               np.sort(rng.normal(size=(11, TOPK)), -1)[:, ::-1].astype(np.float16)))
+    return seqs
+
+
+def write_data(out, seed: int, n: int = 16) -> str:
+    """A one-shard data directory of ``n`` random sequences of the tiny teacher's shapes (no identity record, as
+    data written by hand or by an older version)."""
+    from mindspore_eagle.train.data import MANIFEST, write_shard
+
+    seqs = random_sequences(f"s{seed}-", n, seed)
     os.makedirs(out)
     name = os.path.basename(write_shard(str(out), 0, seqs))
     with open(os.path.join(out, MANIFEST), "w") as f:
