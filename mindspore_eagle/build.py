@@ -142,11 +142,17 @@ def check_cache_fits(runtime: RuntimeConfig, cfg: TeacherConfig) -> None:
     if runtime.max_cache_len > cfg.max_position_embeddings:
         raise ConfigError(f"--max-cache-len {runtime.max_cache_len} exceeds the model's max_position_embeddings="
                           f"{cfg.max_position_embeddings}: positions past it were never trained; use at most that")
+    check_cache_memory(runtime, cfg, f"--max-cache-len {runtime.max_cache_len}")
+
+
+def check_cache_memory(runtime: RuntimeConfig, cfg: TeacherConfig, what: str) -> None:
+    """ConfigError naming ``what`` (the flags that sized the cache) when the teacher's KV cache would take more than
+    half of this machine's memory."""
     need = cache_bytes(runtime, cfg)
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if need > total // 2:
-        raise ConfigError(f"--max-cache-len {runtime.max_cache_len}: the KV cache alone needs {need / 2**30:.1f} GiB, "
-                          f"more than half of this machine's {total / 2**30:.1f} GiB; use a shorter cache")
+        raise ConfigError(f"{what}: the KV cache alone needs {need / 2**30:.1f} GiB, more than half of this machine's "
+                          f"{total / 2**30:.1f} GiB; use a shorter cache")
 
 
 def oracle_factory(mode: str, depth: int, vocab_size: int) -> ProposerFactory:
@@ -159,4 +165,4 @@ def oracle_factory(mode: str, depth: int, vocab_size: int) -> ProposerFactory:
 
 
 __all__ = ["BUDGET_MODES", "ORACLES", "PROPOSERS", "Stack", "build", "cache_bytes", "check_cache_fits",
-           "check_draft_fits", "check_draft_kind", "oracle_factory"]
+           "check_cache_memory", "check_draft_fits", "check_draft_kind", "oracle_factory"]

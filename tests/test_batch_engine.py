@@ -205,3 +205,17 @@ def test_speculative_sampling_in_a_batch_follows_the_teacher_distribution(hf_tin
     assert min(pvalues) > 1e-3, pvalues
     assert sum(r.stats.accepted for r in reqs) > 50  # drafts were accepted: acceptance, not only bonus sampling
     assert_no_slot_leaked(engine)
+
+
+def test_build_batch_refuses_a_cache_larger_than_half_the_memory(monkeypatch):
+    """max_seqs x max_cache_len sizes one cache; past half of the machine's memory it is refused before loading
+    (the machine pretends to have 1 GiB: 8 slots x 2048 rows of the default teacher need ~0.7 GiB)."""
+    from mindspore_eagle.teacher import Teacher
+    from tests.helpers import default_model_or_skip
+
+    model = default_model_or_skip()
+    monkeypatch.setattr(Teacher, "load", lambda *a, **k: pytest.fail("weights were read"))
+    monkeypatch.setattr("os.sysconf", lambda name: 4096 if name == "SC_PAGE_SIZE" else (1 << 30) // 4096)
+    with pytest.raises(ConfigError, match=r"--max-seqs 8 x --max-cache-len 2048: the KV cache alone needs 0\.7 GiB, "
+                                          r"more than half of this machine's 1\.0 GiB"):
+        build_batch(model, 8, 2048)

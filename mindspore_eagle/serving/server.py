@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -129,8 +130,6 @@ def create_app(engine: BatchEngine, tokenizer, eos, config: ServerConfig):
         yield
         cancelled = runner.open_streams
         await asyncio.get_running_loop().run_in_executor(None, runner.shutdown)
-        import sys
-
         print(f"engine stopped: {cancelled} request(s) in flight cancelled, {len(engine.free_slots)}/"
               f"{engine.max_seqs} slots free", file=sys.stderr, flush=True)
 
@@ -198,7 +197,7 @@ def create_app(engine: BatchEngine, tokenizer, eos, config: ServerConfig):
         return {"steps": s.steps, "drafted": s.drafted, "accepted": s.accepted,
                 "tau": round(s.tau, 4) if s.steps else None}
 
-    async def finish(stream: Stream, text: TextStream, cancelled: bool) -> str:
+    async def finish(stream: Stream, text: TextStream) -> str:
         """Cancel the request if it is still running; record its statistics; the OpenAI finish reason."""
         r = stream.request
         if not r.finished:
@@ -233,12 +232,12 @@ def create_app(engine: BatchEngine, tokenizer, eos, config: ServerConfig):
                 runner.cancel(stream.request.id)
                 raise
             if reason is None:  # the client went away
-                await finish(stream, text, True)
+                await finish(stream, text)
                 return JSONResponse({"error": {"message": "client disconnected", "type": "cancelled"}}, 499)
             if err is not None:
                 return JSONResponse({"error": {"message": f"generation failed: {err}", "type": "server_error",
                                                "param": None, "code": None}}, 500)
-            final = await finish(stream, text, False)
+            final = await finish(stream, text)
             return JSONResponse({"id": rid, "object": obj, "created": created, "model": config.model_name,
                                  "choices": [choice(text.text, final, False)], "usage": usage(stream),
                                  "speculative": spec_stats(stream)})
@@ -264,7 +263,7 @@ def create_app(engine: BatchEngine, tokenizer, eos, config: ServerConfig):
                     if delta:
                         yield sse({**base, "choices": [choice(delta, None, True)]})
                     if item.finish_reason is not None or text.stopped:
-                        final = await finish(stream, text, False)
+                        final = await finish(stream, text)
                         last = {**base, "choices": [choice("", final, True)], "speculative": spec_stats(stream)}
                         if req.include_usage:
                             last["usage"] = usage(stream)

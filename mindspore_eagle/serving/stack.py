@@ -11,7 +11,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from ..build import cache_bytes
+from ..build import check_cache_memory
 from ..config import Buckets, RuntimeConfig, TeacherConfig
 from ..errors import ConfigError
 from .batch import BatchEngine
@@ -80,11 +80,7 @@ def build_batch(model: str | None, max_seqs: int, slot_len: int, runtime: Runtim
     rows = BatchEngine.cache_rows(max_seqs, slot_len, largest)
     runtime = dataclasses.replace(runtime, max_cache_len=rows, batch_size=1,
                                   prefill_chunk=min(runtime.prefill_chunk, largest))
-    need = cache_bytes(runtime, cfg)
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if need > total // 2:
-        raise ConfigError(f"--max-seqs {max_seqs} x --max-cache-len {slot_len}: the KV cache needs "
-                          f"{need / 2**30:.1f} GiB, more than half of this machine's {total / 2**30:.1f} GiB")
+    check_cache_memory(runtime, cfg, f"--max-seqs {max_seqs} x --max-cache-len {slot_len}")
     cap = largest if max_nodes is None else max_nodes
     if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
         raise ConfigError(f"--max-nodes {max_nodes!r}: must be an integer >= 1 (1 = no speculation)")
