@@ -16,6 +16,7 @@ Probes of the issue and what they give now:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -149,8 +150,11 @@ def test_both_entry_points_print_one_line_and_exit_2(tiny_taps_dir, tmp_path):
 
 
 # ---- 2. a torn manifest tail ------------------------------------------------------------------------------------
-def _seqs(prefix: str, n: int, seed: int, bad_token: int | None = None, bad_topk: int | None = None):
+def _seqs(prefix: str, n: int, seed: int, bad_token: int | None = None, bad_topk: int | None = None,
+          hidden: int | None = None):
     seqs = random_sequences(prefix, n, seed)
+    if hidden is not None:  # the features of a teacher with another hidden size
+        seqs = [dataclasses.replace(s, features=np.zeros((len(s.features), 3 * hidden), np.float16)) for s in seqs]
     if bad_token is not None:
         seqs[-1].tokens[7] = bad_token
     if bad_topk is not None:  # in every sequence: the trainer counts the training split's top-k
@@ -265,6 +269,32 @@ def test_training_data_with_an_out_of_vocabulary_id_is_refused_before_the_teache
         assert "sequence s1-07" in line  # the first bad sequence of the data
         assert os.listdir(tmp_path) == ["data"]  # refused before the run directory is claimed
     assert not (tmp_path / "head").exists()
+
+
+def test_data_of_a_teacher_with_another_hidden_size_is_refused_before_any_graph(tiny_taps_dir, tmp_path, capsys,
+                                                                               monkeypatch):
+    """Without the check the head's ``fc`` met 3 x 48 features in MindSpore's Reshape and the compiler dumped
+    ``rank_0/om/analyze_fail.ir`` into the working directory."""
+    data = _data_dir(tmp_path / "data", hidden=48)
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert cli.main(["train-draft", "--teacher", tiny_taps_dir, "--data", data, "--out", str(tmp_path / "head"),
+                     "--run-dir", str(tmp_path / "run"), "--buckets", "16", "--heldout", "0.25"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line.startswith("error: DataError: ") and "shard_00001.npz" in line, line
+    assert "features of shape (88, 144), this teacher's are [rows, 192]" in line and "hidden size 64" in line, line
+    assert os.listdir(work) == [] and sorted(os.listdir(tmp_path)) == ["cwd", "data"]
+
+
+def test_top_k_ids_and_logits_of_different_widths_are_a_damaged_shard():
+    from mindspore_eagle.train.data import check_shapes
+
+    seqs = _seqs("w", 2, seed=6)
+    check_shapes(seqs, 64)
+    seqs[1] = dataclasses.replace(seqs[1], topk_logits=seqs[1].topk_logits[:, :2])
+    with pytest.raises(DataError, match=r"sequence w01: top-k ids \(11, 4\) and logits \(11, 2\) do not match"):
+        check_shapes(seqs, 64)
 
 
 def test_a_batch_with_an_out_of_vocabulary_id_is_a_data_error_not_an_index_error():

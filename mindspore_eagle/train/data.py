@@ -222,6 +222,31 @@ def first_out_of_vocab(ids: np.ndarray, vocab_size: int) -> int | None:
     return int(bad[0]) if bad.size else None
 
 
+def check_shapes(seqs, hidden_size: int) -> None:
+    """DataError naming the first shard (or sequence) whose features are not the teacher's three taps
+    (``3 * hidden_size`` wide) or whose top-k ids and logits disagree: data of a teacher with another hidden size
+    otherwise reaches the head's ``fc`` and fails inside MindSpore's graph compiler (leaving ``rank_0/`` in the
+    working directory)."""
+    seen: set[int] = set()
+    for s in seqs:
+        if isinstance(s, StoredSequence):
+            if id(s.shard) in seen:
+                continue
+            seen.add(id(s.shard))
+            where, shape = s.shard.path, {k: s.shard.members[k][2] for k in ("features", "topk_ids", "topk_logits")}
+        else:
+            where = f"training data: sequence {s.pid}"
+            shape = {"features": s.features.shape, "topk_ids": s.topk_ids.shape, "topk_logits": s.topk_logits.shape}
+        feat, ids, logits = shape["features"], shape["topk_ids"], shape["topk_logits"]
+        if len(feat) != 2 or feat[1] != 3 * hidden_size:
+            raise DataError(f"{where}: features of shape {tuple(feat)}, this teacher's are [rows, {3 * hidden_size}] "
+                            f"(3 taps x hidden size {hidden_size}): the data of a teacher with another hidden size; "
+                            "train on this teacher's own data (another --data, or regenerate it)")
+        if len(ids) != 2 or tuple(ids) != tuple(logits) or ids[0] != feat[0]:
+            raise DataError(f"{where}: top-k ids {tuple(ids)} and logits {tuple(logits)} do not match the "
+                            f"{feat[0]} feature rows; the shard is damaged, regenerate it")
+
+
 def check_token_ids(seqs, vocab_size: int) -> None:
     """DataError naming the first sequence and id outside the teacher's vocabulary ``[0, vocab_size)`` (numpy
     would raise an IndexError on it, or silently wrap a negative one)."""

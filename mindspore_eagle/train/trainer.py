@@ -42,8 +42,8 @@ from ..atomic import check_output_dir
 from ..checkpoint import load_tensors, save_tensors, tensor_shapes
 from ..errors import CheckpointError, ConfigError, DataError, IdentityError
 from ..fingerprint import directory_fingerprint
-from .data import (MANIFEST, Sequence_, StoredSequence, check_token_ids, conversation_id, first_out_of_vocab,
-                   index_sequences, manifest_good_bytes)
+from .data import (MANIFEST, Sequence_, StoredSequence, check_shapes, check_token_ids, conversation_id,
+                   first_out_of_vocab, index_sequences, manifest_good_bytes)
 from .identity import check_claimable, claim, mismatch, read_identity
 from .ttt import TTTLoss, pack_batch, simulated_tau
 from .vocab import DraftVocab, build_draft_vocab, count_tokens, coverage
@@ -558,6 +558,7 @@ def train_draft_main(argv: list[str] | None = None) -> int:
     plateau = Plateau(a.patience, a.min_delta)
     seqs = index_sequences(data_dir)  # features stay on disk: a batch reads its rows (data.ShardFile)
     check_token_ids(seqs, tcfg.vocab_size)  # before any count: numpy would index with them (or drop them)
+    check_shapes(seqs, tcfg.hidden_size)  # before any graph: MindSpore's Reshape would be the first to notice
     train = [s for s in seqs if not heldout(s.pid, a.heldout)]
     held = fixed_sample([s for s in seqs if heldout(s.pid, a.heldout)], a.heldout_max)
     if a.max_answer_tokens is not None:
