@@ -161,6 +161,13 @@ def load_evalset(subset: str = "all") -> list[EvalItem]:
     return sorted(items, key=lambda i: i.id)
 
 
+def evaluation_turns() -> list[str]:
+    """Every evaluation text a training prompt must not repeat: the 160 MT-Bench turns and all 164 HumanEval prompts
+    (the evaluation runs the first 80, but the other 84 are just as public), checksum-verified. AssetError names the
+    package to install when one is missing."""
+    return [t for item in load_mtbench() + load_humaneval(count=164) for t in item.turns]
+
+
 def _custom_item(d, where: str) -> EvalItem:
     """One custom conversation, its types checked (nothing coerced: ``"turns": "abc"`` is not three turns a, b, c,
     and a null id is not the id "None")."""
@@ -214,4 +221,4 @@ def evalset_digest(items: Sequence[EvalItem]) -> str:
 
 
 __all__ = ["EvalItem", "HUMANEVAL_PACKAGE", "MTBENCH_PACKAGE", "SUBSETS", "check_unique_ids", "evalset_digest",
-           "load_custom", "load_evalset", "load_humaneval", "load_mtbench", "package_file", "spread_sample"]
+           "evaluation_turns", "load_custom", "load_evalset", "load_humaneval", "load_mtbench", "package_file", "spread_sample"]

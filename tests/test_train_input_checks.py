@@ -225,6 +225,33 @@ def test_generation_resumes_after_a_torn_manifest_tail(tiny_taps_dir, tmp_path):
     assert sorted(ids) == [i.id for i in items]  # each exactly once
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # numpy's ZipFile retries its close
+def test_a_disk_full_shard_write_leaves_no_partial_shard(tmp_path):
+    """``/dev/full`` answers every write with ENOSPC, as a full disk does: the shard's temporary file is
+    removed and no shard appears (the manifest never lists a shard that is not whole)."""
+    from mindspore_eagle.train.data import write_shard
+
+    tmp = tmp_path / "shard_00000.npz.tmp.npz"
+    os.symlink("/dev/full", tmp)
+    with pytest.raises(OSError, match="No space left on device"):
+        write_shard(str(tmp_path), 0, _seqs("f", 2, seed=7))
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_data_generator_reports_a_full_disk_in_one_line(tmp_path, tiny_taps_dir, monkeypatch, capsys):
+    import errno
+
+    import mindspore_eagle.train.data as data
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "d" / "shard_00003.npz.tmp.npz"))
+
+    monkeypatch.setattr(data, "generate_dataset", full)
+    assert data.main(["--teacher", tiny_taps_dir, "--out", str(tmp_path / "d")]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "No space left on device" in line and "rerun to resume" in line, line
+
+
 # ---- 3. shard names confined to the data directory ----------------------------------------------------------
 @pytest.mark.parametrize("name", ["../x.npz", "ABS", "sub/../../x.npz", "", ".."])
 def test_a_manifest_shard_name_outside_the_data_directory_is_refused(tmp_path, name):

@@ -100,6 +100,17 @@ def write_shard(out_dir: str, index: int, seqs: list[Sequence_], starts: list[in
     path = os.path.join(out_dir, f"shard_{index:05d}.npz")
     tmp = path + ".tmp.npz"
     n = len(seqs)
+    try:
+        _savez_shard(tmp, seqs, starts, turns, categories, n)
+    except BaseException:  # disk full, Ctrl-C: no partial shard left behind (resume regenerates it)
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    os.replace(tmp, path)
+    return path
+
+
+def _savez_shard(tmp: str, seqs: list[Sequence_], starts, turns, categories, n: int) -> None:
     np.savez(tmp, tokens=np.concatenate([s.tokens for s in seqs]),
              features=np.concatenate([s.features for s in seqs]),
              topk_ids=np.concatenate([s.topk_ids for s in seqs]),
@@ -108,8 +119,6 @@ def write_shard(out_dir: str, index: int, seqs: list[Sequence_], starts: list[in
              prompt_lens=np.array([s.prompt_len for s in seqs], np.int32),
              ids=np.array([s.pid for s in seqs]), starts=np.array(starts or [0] * n, np.int32),
              turns=np.array(turns or [0] * n, np.int32), categories=np.array(categories or [""] * n))
-    os.replace(tmp, path)
-    return path
 
 
 @dataclass(frozen=True)
@@ -641,6 +650,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except EagleError as exc:  # as the mindspore-eagle CLI: one line, exit 2, no traceback
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # disk full, read-only: the shards written so far are whole and listed; rerun resumes
+        print(f"error: {exc} (the data written so far is complete; free space and rerun to resume)", file=sys.stderr)
         return 2
     print(f"{n} conversations in {a.out}")
     return 0
