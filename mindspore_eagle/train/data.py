@@ -1,9 +1,11 @@
 """Training data for a draft head: the teacher's own greedy answers to an offline prompt set, as feature shards.
 
 EAGLE's key lesson: a head must learn what *this* teacher outputs, so every answer is regenerated here by our
-teacher (greedy). The prompt set is ``train.prompts`` (nine categories, some conversations with a second
-turn asked after the teacher's own first answer); generation is ``train.batch_greedy`` (continuous batching,
-top-k in the graph). Evaluation turns are never a source (``tests/test_train_overlap.py``).
+teacher (greedy). The prompt set (``--prompts``) is ``train.prompts`` (nine categories, some conversations with a
+second turn asked after the teacher's own first answer; the default), the user turns of ShareGPT
+(``train.sharegpt``: up to two per conversation, later ones likewise asked after the teacher's answers) or a mix
+of the two (``--sharegpt-fraction``); generation is ``train.batch_greedy`` (continuous batching, top-k in the
+graph). Evaluation turns are never a source (``train.overlap``, ``tests/test_train_overlap.py``).
 
 Shards (``shard_XXXXX.npz`` in ``out_dir``, written atomically, then listed in ``manifest.jsonl``). For
 sequence j with ``N_j`` tokens (prompt of ``P_j`` plus answer) the shard concatenates over sequences:
@@ -423,19 +425,24 @@ def _sigterm_as_interrupt():
 def generate_dataset(model_dir: str, out_dir: str, num_conversations: int | None = None, batch_size: int = 128,
                      max_new_tokens: int = 192, max_prompt_tokens: int = 160, topk: int = 32, seed: int = 0,
                      time_limit_s: float | None = None, per_category: int = 2500, second_turns: bool = True,
-                     block: int = 2048, followup_tokens: int = 64, max_answer_tokens: int | None = None) -> int:
-    """Generate (or resume) the dataset of the training prompt set; returns the finished conversations in
-    ``out_dir``. First turns longer than ``max_prompt_tokens`` are left out. Single-turn conversations run on a
-    cache of ``max_prompt_tokens + max_new_tokens + 1`` rows, two-turn ones on ``max_new_tokens +
+                     block: int = 2048, followup_tokens: int = 64, max_answer_tokens: int | None = None,
+                     prompts: str = "synthetic", sharegpt_fraction: float | None = None) -> int:
+    """Generate (or resume) the dataset of the training prompt set (``sharegpt.prompt_set(prompts,
+    sharegpt_fraction, ...)``); returns the finished conversations in ``out_dir``. First turns longer than
+    ``max_prompt_tokens`` are left out. Single-turn conversations run on a cache of ``max_prompt_tokens +
+    max_new_tokens + 1`` rows, two-turn ones on ``max_new_tokens +
     followup_tokens`` rows more (the step cost grows with the cache, so the short ones do not pay for the long).
     ``max_answer_tokens``: stop (resumably) once the directory holds that many answer tokens."""
     from ..tokenizer import load_tokenizer
-    from .prompts import as_items, build_conversations
+    from .prompts import as_items
+    from .sharegpt import prompt_set, source_identity
 
     check_generation_args(model_dir, num_conversations, batch_size, max_new_tokens, max_prompt_tokens, topk,
-                          time_limit_s, per_category, block, followup_tokens, max_answer_tokens)
+                          time_limit_s, per_category, block, followup_tokens, max_answer_tokens, prompts,
+                          sharegpt_fraction)
     identity = data_identity(model_dir, topk, max_new_tokens, max_prompt_tokens=max_prompt_tokens,
-                             per_category=per_category, seed=seed, second_turns=second_turns)
+                             per_category=per_category, seed=seed, second_turns=second_turns,
+                             **source_identity(prompts, sharegpt_fraction))
     claim_data_dir(out_dir, identity)  # before anything is written into it
     held = stored_answer_tokens(out_dir)
     if max_answer_tokens is not None and held >= max_answer_tokens:
@@ -443,7 +450,7 @@ def generate_dataset(model_dir: str, out_dir: str, num_conversations: int | None
               file=sys.stderr)
         return len(finished_conversations(out_dir))
     tok = load_tokenizer(model_dir)
-    convs = build_conversations(per_category, seed, 0.5 if second_turns else 0.0)[:num_conversations]
+    convs = prompt_set(prompts, sharegpt_fraction, per_category, seed, second_turns)[:num_conversations]
     write_text(os.path.join(out_dir, CONVERSATIONS_FILE), "".join(json.dumps(c) + "\n" for c in convs))
     finished = finished_conversations(out_dir)
     items, too_long = [], 0
@@ -475,11 +482,18 @@ def check_prompt_ids(items, vocab_size: int) -> None:
 
 def check_generation_args(model_dir: str, num_conversations: int | None, batch_size: int, max_new_tokens: int,
                           max_prompt_tokens: int, topk: int, time_limit_s: float | None, per_category: int,
-                          block: int, followup_tokens: int, max_answer_tokens: int | None) -> None:
+                          block: int, followup_tokens: int, max_answer_tokens: int | None,
+                          prompts: str = "synthetic", sharegpt_fraction: float | None = None) -> None:
     """Refuse, before anything is written or loaded, settings that would crash generation later or run it on
     nothing (ConfigError naming the ``python -m mindspore_eagle.train.data`` flag, the value and what is allowed),
-    including a batch whose caches alone need more memory than this machine has."""
+    including a batch whose caches alone need more memory than this machine has, and a ShareGPT source whose
+    package is not installed."""
     from ..config import TeacherConfig
+    from .sharegpt import check_prompt_source, find_dataset_file
+
+    check_prompt_source(prompts, sharegpt_fraction)
+    if prompts != "synthetic":
+        find_dataset_file()
 
     for flag, value, low in (("--num-conversations", num_conversations, 1), ("--batch-size", batch_size, 1),
                              ("--max-new-tokens", max_new_tokens, 1), ("--max-prompt-tokens", max_prompt_tokens, 1),
@@ -629,6 +643,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--num-conversations", type=int, default=None, help="first N of the set (default: all)")
     ap.add_argument("--per-category", type=int, default=2500, help="conversations per category in the set")
     ap.add_argument("--no-second-turns", action="store_true")
+    ap.add_argument("--prompts", default="synthetic",
+                    help="prompt set: synthetic (default), sharegpt (its user turns) or mix (see --sharegpt-fraction)")
+    ap.add_argument("--sharegpt-fraction", type=float, default=None,
+                    help="with --prompts mix: the share of ShareGPT conversations, in (0, 1) (default 0.75)")
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--max-new-tokens", type=int, default=192)
     ap.add_argument("--max-prompt-tokens", type=int, default=160)
@@ -645,7 +663,8 @@ def main(argv: list[str] | None = None) -> int:
         n = generate_dataset(teacher, a.out, a.num_conversations, a.batch_size,
                              a.max_new_tokens, a.max_prompt_tokens, a.topk, time_limit_s=a.time_limit,
                              per_category=a.per_category, second_turns=not a.no_second_turns,
-                             max_answer_tokens=a.max_answer_tokens)
+                             max_answer_tokens=a.max_answer_tokens, prompts=a.prompts,
+                             sharegpt_fraction=a.sharegpt_fraction)
     except KeyboardInterrupt:
         return 130
     except EagleError as exc:  # as the mindspore-eagle CLI: one line, exit 2, no traceback
