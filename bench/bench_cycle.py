@@ -16,7 +16,7 @@
 Each timing is the median of interleaved repetitions (variants alternate inside every repetition, so a
 neighbour's load on a shared machine hits all of them alike). Last stdout line: one JSON object.
 
-    [MSE_KERNEL_THREADS=2] GLOG_v=3 python scripts/bench_cycle.py [--reps 7] [--contexts 128,512,1024]
+    [MSE_KERNEL_THREADS=2] GLOG_v=3 python bench/bench_cycle.py [--reps 7] [--contexts 128,512,1024]
         [--tokens 1,4,8,16,32,64] [--skip-mindspore] [--skip-draft]
 """
 

@@ -9,8 +9,8 @@ Both sides decode the same prompts for the same number of tokens (no EOS stop); 
 the tokens agree (fp32 must: transformers is the parity reference; bf16 rounds differently on each side).
 Last stdout line: one JSON object.
 
-    python scripts/bench_greedy.py [--new-tokens 64] [--rounds 2] [--torch-threads 1] [--skip-hf]
-    python scripts/bench_greedy.py --worker ours|hf --dtype float32|bfloat16   (one worker, JSON on stdout)
+    python bench/bench_greedy.py [--new-tokens 64] [--rounds 2] [--torch-threads 1] [--skip-hf]
+    python bench/bench_greedy.py --worker ours|hf --dtype float32|bfloat16   (one worker, JSON on stdout)
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ transformers fp32 greedy, and the greedy of the same library and precision (``ow
 is cut the same way (at most ``--max-new-tokens``, up to and including the first end-of-turn token). Prints a table;
 the last stdout line is one JSON object.
 
-    python scripts/bench_peers.py [--prompts 8] [--max-new-tokens 64] [--eagle-src DIR] [--pld 3,5,10]
+    python bench/bench_peers.py [--prompts 8] [--max-new-tokens 64] [--eagle-src DIR] [--pld 3,5,10]
         [--dtypes float32,bfloat16] [--families ours,hf,pld,eagle,llamacpp] [--llamacpp-python PATH] [--repeats 1]
         [--work-dir DIR]
 

@@ -12,7 +12,7 @@ the streamed chunks' arrival; a chunk of ours may carry several accepted tokens,
 ours must give all of them (lossless at any concurrency); llama.cpp serves one request at a time and its numbers
 are what it is. Prints one JSON line per run; the last line is the summary.
 
-    python scripts/bench_serve.py [--prompts 16] [--max-tokens 64] [--concurrency 1,2,4,8,16]
+    python bench/bench_serve.py [--prompts 16] [--max-tokens 64] [--concurrency 1,2,4,8,16]
         [--llamacpp-python .venv-llamacpp/bin/python] [--systems ours,llamacpp] [--max-seqs 16]
 
 llama.cpp's server needs ``make bench-peers-setup`` (its venv with the server's dependencies).

@@ -7,7 +7,7 @@ repeated (the deepest, densest trie); ``binary`` random tokens from {0, 1} (many
 A step extends by the tokens a step commits (3 by default, about tau) and runs what ``HybridProposer`` runs in
 suffix mode: ``suffix_candidates`` -> ``union`` -> ``select`` (16 nodes) and the adaptive ``plan_budget``.
 
-    PYTHONPATH=. python scripts/bench_suffix.py [--context 4096] [--steps 300]
+    python experiments/bench_suffix.py [--context 4096] [--steps 300]
 
 Last stdout line: JSON with per-step median / p90 / p99 milliseconds per context kind (target: < 1 ms).
 """

@@ -9,7 +9,7 @@ the two unseen ones, which score alike, the head fits what it is shown and gener
 more varied data (and the compute to pass over it) is what moves held-out acceptance, not the head's capacity
 to fit.
 
-    .venv/bin/python scripts/head_gap.py --data ~/.cache/mindspore_eagle/train_data/smollm2-135m-chat \
+    .venv/bin/python experiments/head_gap.py --data ~/.cache/mindspore_eagle/train_data/smollm2-135m-chat \
         --seen-tokens 936217 --head shipped=assets/heads/smollm2-135m-eagle3 [--head NAME=DIR ...] [--out DIR]
 
 Last stdout line: JSON.
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
         with open(os.path.join(a.out, "head_gap.md"), "w") as f:
             f.write(f"Depth-3 simulated tau on three fixed {a.sample}-sequence samples of `{a.data}`; 'seen' = "
                     f"training sequences among the first {a.seen_tokens:,} answer tokens in data order "
-                    "(`scripts/head_gap.py`)\n\n" + "\n".join(lines) + "\n")
+                    "(`experiments/head_gap.py`)\n\n" + "\n".join(lines) + "\n")
     print(json.dumps(result))
     return 0
 

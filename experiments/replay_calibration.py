@@ -8,7 +8,7 @@ entry's odds multiplied by ``s`` (``s`` < 1: the table under-estimates acceptanc
 SmolLM2; ``s`` > 1: over-estimates it). Each table runs twice, as shipped and corrected online. The printed
 ``recovered`` is the share of the wrong table's lost ms/token that learning wins back (1 = all of it).
 
-    .venv/bin/python scripts/replay_calibration.py [--trace results/eval-fp32-hybrid-860k/merged.jsonl.gz]
+    .venv/bin/python experiments/replay_calibration.py [--trace results/eval-fp32-hybrid-860k/merged.jsonl.gz]
         [--scales 0.25,1,4] [--out results/suffix-calibration]
 
 Last stdout line: the JSON of every row.
@@ -25,13 +25,12 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from mindspore_eagle.draft.budget import VerifyCosts  # noqa: E402
 from mindspore_eagle.draft.hybrid import HybridProposer  # noqa: E402
 from mindspore_eagle.draft.replay import replay  # noqa: E402
 from mindspore_eagle.draft.suffix import SuffixCalibration, default_calibration  # noqa: E402
-from replay_suffix import load_turns  # noqa: E402
+from scripts.replay_suffix import load_turns  # noqa: E402
 
 
 def odds_scaled(table: SuffixCalibration, s: float) -> SuffixCalibration:
@@ -105,7 +104,7 @@ def main(argv=None) -> int:
                          f"| {'-' if r['recovered'] is None else r['recovered']} |")
         with open(os.path.join(args.out, "replay_calibration.md"), "w") as f:
             f.write(f"Suffix-only adaptive replay over {len(turns)} turns of `{args.trace}`, "
-                    "one proposer across turns (`scripts/replay_calibration.py`).\n\n" + "\n".join(lines) + "\n")
+                    "one proposer across turns (`experiments/replay_calibration.py`).\n\n" + "\n".join(lines) + "\n")
     print(json.dumps(result))
     return 0
 

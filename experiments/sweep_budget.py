@@ -1,6 +1,6 @@
 """Tree-budget sweep: speedup and tau over a grid of max nodes x depth x top-k, and the sweet spot on this machine.
 
-    .venv/bin/python scripts/sweep_budget.py --out results/sweep_budget [--limit 24 --max-new-tokens 128]
+    .venv/bin/python experiments/sweep_budget.py --out results/sweep_budget [--limit 24 --max-new-tokens 128]
         [--max-nodes 8,16,32,64 --depths 2,4,6,8 --top-ks 4,8] [--proposer eagle|suffix|hybrid]
         [--budget fixed|adaptive] [--dtype float32|bfloat16] [--draft HEAD_DIR|oracle] [--model DIR]
 
@@ -19,12 +19,13 @@ import itertools
 import os
 import sys
 
-from mindspore_eagle.build import BUDGET_MODES, PROPOSERS, build
-from mindspore_eagle.cli import DEFAULT_PROPOSER
-from mindspore_eagle.config import RuntimeConfig
-from mindspore_eagle.draft_config import TreeBudget
-from mindspore_eagle.evaluate import add_variant_flags, evaluate_variant, load_items
-from mindspore_eagle.report import plot_heatmaps, write_table
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from experiments.variants import add_variant_flags, evaluate_variant, plot_heatmaps, write_table  # noqa: E402
+from mindspore_eagle.build import build  # noqa: E402
+from mindspore_eagle.config import RuntimeConfig  # noqa: E402
+from mindspore_eagle.drafting import BudgetMode, DraftingConfig, Proposer  # noqa: E402
+from mindspore_eagle.evaluate import load_items  # noqa: E402
 
 COLUMNS = ("max_nodes", "depth", "top_k", "turns", "lossless_turns", "tau", "speedup_mean", "speedup_p50",
            "speedup_p90", "speedup_p99", "tok_s_greedy", "tok_s_spec")
@@ -40,26 +41,27 @@ def main(argv=None) -> int:
     ap.add_argument("--max-nodes", default="8,16,32,64")
     ap.add_argument("--depths", default="2,4,6,8")
     ap.add_argument("--top-ks", default="4,8")
-    ap.add_argument("--proposer", choices=PROPOSERS, default=DEFAULT_PROPOSER,
-                    help=f"drafting at every point (default {DEFAULT_PROPOSER}, the CLI's)")
-    ap.add_argument("--budget", dest="budget_mode", choices=BUDGET_MODES, default="fixed",
-                    help="fixed (default): every step verifies the point's max nodes; adaptive: the point's budget "
-                         "is the head's growth tree, and a step may verify a longer suffix chain (up to the largest "
-                         "bucket)")
+    default = DraftingConfig().proposer.value
+    ap.add_argument("--proposer", choices=[p.value for p in Proposer], default=default,
+                    help=f"drafting at every point (default {default}, the CLI's)")
+    ap.add_argument("--budget", dest="budget_mode", choices=[b.value for b in BudgetMode], default="fixed",
+                    help="fixed (default): every step verifies the point's max nodes; adaptive: each step picks at "
+                         "most the point's max nodes")
     args = ap.parse_args(argv)
 
     items = load_items(args.eval_set, args.subset)
-    teacher_only = build(args.model, RuntimeConfig(max_cache_len=args.max_cache_len, dtype=args.dtype),
-                         speculative=False)
+    teacher_only = build(args.model, RuntimeConfig(max_cache_len=args.max_cache_len, dtype=args.dtype), None)
     rows = []
     for n, d, k in itertools.product(ints(args.max_nodes), ints(args.depths), ints(args.top_ks)):
-        budget = TreeBudget(max_nodes=n, depth=d, top_k=k)
+        drafting = DraftingConfig(proposer=args.proposer, budget=args.budget_mode, max_nodes=n, depth=d, top_k=k,
+                                  head=args.draft)
+        budget = drafting.tree_budget()
         if budget.num_candidates < n - 1:
             print(f"skip n={n} d={d} k={k}: growth yields {budget.num_candidates} candidates < {n - 1} drafts")
             continue
         out = os.path.join(args.out, f"n{n}-d{d}-k{k}")
         print(f"== max_nodes={n} depth={d} top_k={k} -> {out}", flush=True)
-        stack = teacher_only.with_draft(args.draft, budget, None, args.proposer, args.budget_mode)
+        stack = teacher_only.with_drafting(drafting)
         m = evaluate_variant(stack, items, out, max_new_tokens=args.max_new_tokens, limit=args.limit,
                              spread=args.sample == "spread", log=lambda s: None)
         rows.append({"max_nodes": n, "depth": d, "top_k": k, **{c: m[c] for c in COLUMNS[3:]}})

@@ -6,7 +6,7 @@ of the teacher's held-out answer tokens. This builds the vocabulary the trainer 
 EOS always in) at each size and prints its held-out coverage, plus the coverage of a head's own vocabulary
 (``--head``). Reads the token and top-k arrays only (no features), split as the trainer splits.
 
-    .venv/bin/python scripts/vocab_coverage.py --data ~/.cache/mindspore_eagle/train_data/smollm2-135m-chat \
+    .venv/bin/python experiments/vocab_coverage.py --data ~/.cache/mindspore_eagle/train_data/smollm2-135m-chat \
         [--sizes 2048,4096,6144,8192,12288,16384,32768] [--head assets/heads/smollm2-135m-eagle3] [--out DIR]
 
 Last stdout line: JSON.
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
             json.dump(result, f, indent=1)
         with open(os.path.join(a.out, "vocab_coverage.md"), "w") as f:
             f.write(f"{result['train_answer_tokens']:,} training / {result['heldout_answer_tokens']:,} held-out "
-                    f"answer tokens of `{a.data}` (`scripts/vocab_coverage.py`)\n\n" + "\n".join(lines) + "\n")
+                    f"answer tokens of `{a.data}` (`experiments/vocab_coverage.py`)\n\n" + "\n".join(lines) + "\n")
     print(json.dumps(result))
     return 0
 

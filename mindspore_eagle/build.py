@@ -5,15 +5,13 @@ MindFormers adapter all build through ``build``, so every one of them gets the s
 
 1. the deployment plan (``deploy.prepare``: device, Ascend limits, compile cache), which also picks the attention
    core -- the *one* ``AttentionChoice``, passed explicitly to the teacher and to the draft head;
-2. the tree budget against the runtime's buckets (``RuntimeConfig.check_tree_size``) before any weight is read;
+2. the drafting (``DraftingConfig``, validated where it was made) against the runtime's buckets
+   (``DraftingConfig.check_fits``) before any weight is read;
 3. the teacher (strict load), the tokenizer and the end-of-turn ids;
-4. the draft: ``proposer`` "eagle" (the shipped EAGLE-3 head or a head directory), "suffix" (model-free suffix
-   matches over the conversation) or "hybrid" (both in one tree, ``draft.hybrid``), with a ``budget_mode``
-   "fixed" (every step verifies the tree budget's nodes) or "adaptive" (each step picks its bucket from the
-   candidates' acceptance estimates and the measured bucket costs); loaded once, reused per request. Or an oracle
-   bound ("oracle" / "wrong" as ``draft``, made per request from that request's greedy output). With the suffix
-   source on, ``suffix_calibration`` "shipped" (default) scores suffix candidates with the shipped table;
-   "online" corrects it by what the teacher accepts (``draft.online_calibration``: for another teacher).
+4. the draft the ``DraftingConfig`` describes: proposer "eagle" (the shipped EAGLE-3 head or a head directory),
+   "suffix" (model-free suffix matches over the conversation) or "hybrid" (both in one tree, ``draft.hybrid``),
+   with the fixed or adaptive budget, every step at most ``max_nodes`` nodes; loaded once, reused per request.
+   Or an oracle bound ("oracle" / "wrong" as the head, made per request from that request's greedy output).
 """
 
 from __future__ import annotations
@@ -23,16 +21,12 @@ import os
 from dataclasses import dataclass
 
 from .config import RuntimeConfig, TeacherConfig
-from .draft_config import DraftConfig, TreeBudget
+from .draft_config import DraftConfig
+from .drafting import ORACLES, BudgetMode, CalibrationMode, DraftingConfig, Proposer
 from .engine import SpeculativeEngine
 from .errors import ConfigError
 from .harness import ProposerFactory
 from .teacher import Teacher
-
-ORACLES = ("oracle", "wrong")
-PROPOSERS = ("eagle", "suffix", "hybrid")
-BUDGET_MODES = ("fixed", "adaptive")
-SUFFIX_CALIBRATIONS = ("online", "shipped")
 
 
 @dataclass(frozen=True)
@@ -46,56 +40,46 @@ class Stack:
     model_dir: str  # absolute
     proposer_for: ProposerFactory | None
     draft_label: str  # absolute head directory, "oracle", "wrong", "suffix" (no head), or "none"
-    budget: TreeBudget | None
-    proposer: str = "eagle"  # PROPOSERS (or the oracle's name)
-    budget_mode: str = "fixed"  # BUDGET_MODES
-    suffix_calibration: str = "shipped"  # SUFFIX_CALIBRATIONS (unused without the suffix source)
+    drafting: DraftingConfig | None  # None: teacher only
 
-    def with_draft(self, draft: str | None, budget: TreeBudget, window: int | None = None, proposer: str = "eagle",
-                   budget_mode: str = "fixed", suffix_calibration: str = "shipped") -> "Stack":
-        """This stack (same teacher, engine and tokenizer) with another draft: sweeps load the teacher once."""
+    def with_drafting(self, drafting: DraftingConfig) -> "Stack":
+        """This stack (same teacher, engine and tokenizer) with another drafting: sweeps load the teacher once."""
         from .draft import HybridProposer, default_head_dir, load_proposer
 
-        check_draft_kind(draft, proposer, budget_mode, suffix_calibration)
-        check_draft_fits(self.teacher.runtime, draft, budget)
-        if draft in ORACLES:
-            factory = oracle_factory(draft, budget.depth, self.teacher.cfg.vocab_size)
-            return dataclasses.replace(self, proposer_for=factory, draft_label=draft, budget=budget, proposer=draft,
-                                       budget_mode="fixed")
-        buckets = self.teacher.runtime.buckets
-        head = None if proposer == "suffix" else load_proposer(draft, self.teacher, budget, window)
-        if proposer == "eagle" and budget_mode == "fixed":
+        drafting.check_fits(self.teacher.runtime)
+        budget = drafting.tree_budget()
+        if drafting.oracle:
+            factory = oracle_factory(drafting.head, drafting.depth, self.teacher.cfg.vocab_size)
+            return dataclasses.replace(self, proposer_for=factory, draft_label=drafting.head, drafting=drafting)
+        head = load_proposer(drafting.head, self.teacher, budget) if drafting.uses_head else None
+        if drafting.proposer is Proposer.EAGLE and drafting.budget is BudgetMode.FIXED:
             made = head  # the plain EAGLE-3 proposer: exactly its trees
         else:
-            cap = budget.max_nodes if budget_mode == "fixed" else buckets.largest
-            made = HybridProposer(proposer, budget_mode, eagle=head, max_nodes=cap, buckets=buckets.sizes,
-                                  learn_acceptance=suffix_calibration == "online")
-        label = "suffix" if head is None else os.path.abspath(draft or default_head_dir())
-        return dataclasses.replace(self, proposer_for=lambda greedy: made, draft_label=label, budget=budget,
-                                   proposer=proposer, budget_mode=budget_mode, suffix_calibration=suffix_calibration)
+            made = HybridProposer(drafting.proposer.value, drafting.budget.value, eagle=head,
+                                  max_nodes=drafting.max_nodes, buckets=self.teacher.runtime.buckets.sizes,
+                                  learn_acceptance=drafting.suffix_calibration is CalibrationMode.ONLINE)
+        label = "suffix" if head is None else os.path.abspath(drafting.head or default_head_dir())
+        return dataclasses.replace(self, proposer_for=lambda greedy: made, draft_label=label, drafting=drafting)
 
 
-def build(model: str | None, runtime: RuntimeConfig, draft: str | None = None, budget: TreeBudget | None = None, *,
-          speculative: bool = True, window: int | None = None, deployment=None, tokenizer: bool = True,
-          proposer: str = "eagle", budget_mode: str = "fixed", suffix_calibration: str = "shipped") -> Stack:
-    """Build a ``Stack`` (see the module docstring). ``model`` None: the installed default teacher; ``draft`` None:
-    the shipped head for it; ``speculative`` False: teacher only (no draft is loaded)."""
+def build(model: str | None, runtime: RuntimeConfig, drafting: DraftingConfig | None = DraftingConfig(), *,
+          deployment=None, tokenizer: bool = True) -> Stack:
+    """Build a ``Stack`` (see the module docstring). ``model`` None: the installed default teacher; ``drafting``
+    None: teacher only (no draft is loaded); its ``head`` None: the shipped head for the default teacher."""
     from . import deploy
     from .assets import require_default_model
     from .draft import default_head_dir
 
     model_dir = os.path.abspath(model or require_default_model())
-    budget = (budget or TreeBudget()) if speculative else None
-    if budget is not None:
-        check_draft_kind(draft, proposer, budget_mode, suffix_calibration)
-        check_draft_fits(runtime, draft, budget)
+    if drafting is not None:
+        drafting.check_fits(runtime)  # before anything is read
     teacher_cfg = TeacherConfig.load(model_dir)
     check_cache_fits(runtime, teacher_cfg)
     draft_cfg = None
-    if speculative and draft not in ORACLES and runtime.device == "Ascend":
-        head_dir = draft or default_head_dir()
+    if drafting is not None and drafting.uses_head and runtime.device == "Ascend":
+        head_dir = drafting.head or default_head_dir()
         draft_cfg = DraftConfig.load(head_dir) if os.path.isdir(head_dir) else None  # a missing one: reported below
-    choice = deploy.prepare(runtime, budget, teacher_cfg, deployment, draft_cfg)
+    choice = deploy.prepare(runtime, drafting, teacher_cfg, deployment, draft_cfg)
     teacher = Teacher.load(model_dir, runtime, choice)  # Linears: runtime.dtype / runtime.matmul (kernels.matmul_for)
     tok = None
     if tokenizer:
@@ -104,31 +88,7 @@ def build(model: str | None, runtime: RuntimeConfig, draft: str | None = None, b
         tok = load_tokenizer(model_dir)
     eos = tuple(dict.fromkeys(tuple(teacher.cfg.eos_token_ids) + (tuple(tok.eos_token_ids) if tok else ())))
     stack = Stack(teacher, SpeculativeEngine(teacher), tok, eos, model_dir, None, "none", None)
-    return (stack.with_draft(draft, budget, window, proposer, budget_mode, suffix_calibration) if speculative
-            else stack)
-
-
-def check_draft_kind(draft: str | None, proposer: str, budget_mode: str, suffix_calibration: str = "shipped") -> None:
-    """ConfigError naming the flag when the proposer, budget mode or suffix calibration is unknown (before anything
-    loads). An oracle ``draft`` replaces the proposer altogether (the flags are then ignored)."""
-    if proposer not in PROPOSERS:
-        raise ConfigError(f"--proposer {proposer!r}: expected one of {PROPOSERS}")
-    if budget_mode not in BUDGET_MODES:
-        raise ConfigError(f"--budget {budget_mode!r}: expected one of {BUDGET_MODES}")
-    if suffix_calibration not in SUFFIX_CALIBRATIONS:
-        raise ConfigError(f"--suffix-calibration {suffix_calibration!r}: expected one of {SUFFIX_CALIBRATIONS}")
-
-
-def check_draft_fits(runtime: RuntimeConfig, draft: str | None, budget: TreeBudget) -> None:
-    """ConfigError naming both when the draft's largest tree fits no bucket of ``runtime``: ``budget.max_nodes`` for a
-    head, ``depth + 1`` for an oracle chain."""
-    if draft in ORACLES:
-        runtime.check_tree_size(budget.depth + 1, "oracle chain of TreeBudget.depth + 1")
-    else:
-        runtime.check_tree_size(budget.max_nodes)
-        # a level deeper than the largest bucket can never be verified, and growing it costs memory and time
-        # (--depth 100000 died of a numpy allocation error): refused with the bound
-        runtime.check_tree_size(budget.depth + 1, "--depth + 1 (the root and one node per level)")
+    return stack.with_drafting(drafting) if drafting is not None else stack
 
 
 def cache_bytes(runtime: RuntimeConfig, cfg: TeacherConfig) -> int:
@@ -164,5 +124,4 @@ def oracle_factory(mode: str, depth: int, vocab_size: int) -> ProposerFactory:
     return lambda greedy: OracleProposer(greedy.tokens, depth, vocab_size, mode)
 
 
-__all__ = ["BUDGET_MODES", "ORACLES", "PROPOSERS", "Stack", "build", "cache_bytes", "check_cache_fits",
-           "check_cache_memory", "check_draft_fits", "check_draft_kind", "oracle_factory"]
+__all__ = ["ORACLES", "Stack", "build", "cache_bytes", "check_cache_fits", "check_cache_memory", "oracle_factory"]

@@ -20,13 +20,8 @@ import os
 import sys
 import time
 
+from .drafting import DraftingConfig, add_drafting_flags
 from .errors import ConfigError, EagleError
-
-# The drafting the CLI uses unless told otherwise (the best combination of the drafting ablation, docs/results.md).
-DEFAULT_PROPOSER = "hybrid"
-DEFAULT_BUDGET_MODE = "adaptive"
-DEFAULT_TREE = (8, 2, 4)  # max nodes, depth, top-k: the best of results/ablate-drafting (hybrid, adaptive)
-
 
 def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="converted model directory (default: the installed SmolLM2)")
@@ -52,31 +47,6 @@ def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
                         "where the model has them (default)")
 
 
-def _add_spec_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--draft", default=None,
-                   help="EAGLE-3 head directory (converted or public format; default: the shipped head for the "
-                        "default teacher); bench and eval also accept 'oracle' (the teacher's own future tokens: a "
-                        "ceiling) and 'wrong' (never accepted: a floor)")
-    p.add_argument("--max-nodes", type=int, default=DEFAULT_TREE[0],
-                   help="tree budget: nodes per tree, root included (with --budget adaptive: per head growth; the "
-                        f"step may verify more suffix nodes) (default {DEFAULT_TREE[0]})")
-    p.add_argument("--depth", type=int, default=DEFAULT_TREE[1],
-                   help=f"tree budget: deepest draft level (default {DEFAULT_TREE[1]})")
-    p.add_argument("--top-k", type=int, default=DEFAULT_TREE[2],
-                   help=f"tree budget: children per expanded node (default {DEFAULT_TREE[2]})")
-    p.add_argument("--window", type=int, default=None, help="draft context window (ablation; default: full)")
-    p.add_argument("--proposer", choices=["eagle", "suffix", "hybrid"], default=DEFAULT_PROPOSER,
-                   help="draft source: the EAGLE-3 head, model-free suffix matches over the conversation, or both in "
-                        f"one tree (default {DEFAULT_PROPOSER})")
-    p.add_argument("--budget", dest="budget_mode", choices=["fixed", "adaptive"], default=DEFAULT_BUDGET_MODE,
-                   help="fixed: every step verifies --max-nodes nodes; adaptive: each step picks its bucket from the "
-                        f"candidates' acceptance estimates and measured bucket costs (default {DEFAULT_BUDGET_MODE})")
-    p.add_argument("--suffix-calibration", choices=["shipped", "online"], default="shipped",
-                   help="suffix and hybrid drafting: score suffix candidates with the shipped acceptance table "
-                        "(fitted on the default teacher; the default) or correct it online by what the teacher "
-                        "accepts (for another teacher)")
-
-
 def _runtime(args: argparse.Namespace):
     from .config import Buckets, RuntimeConfig, parse_sizes
 
@@ -92,10 +62,11 @@ def _runtime(args: argparse.Namespace):
                          weights=args.weights, **kw)
 
 
-def _budget(args: argparse.Namespace):
-    from .draft_config import TreeBudget
+def _drafting(args: argparse.Namespace):
+    """The command's ``DraftingConfig`` (validated: a ConfigError names the flag)."""
+    from .drafting import drafting_from_args
 
-    return TreeBudget(max_nodes=args.max_nodes, depth=args.depth, top_k=args.top_k)
+    return drafting_from_args(args)
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -118,15 +89,11 @@ def _check_args(args: argparse.Namespace) -> None:
     if getattr(args, "raw", False) and args.prompt == "":
         raise ConfigError("--prompt '' with --raw: an empty prompt has no token to continue; give some text (or "
                           "drop --raw: the chat template makes a prompt even of an empty message)")
-    draft, proposer = getattr(args, "draft", None), getattr(args, "proposer", None)
+    draft = getattr(args, "draft", None)
     if draft is not None and getattr(args, "mode", "spec") == "greedy":
         raise ConfigError(f"--draft {draft}: --mode greedy drafts nothing; drop --draft or use --mode spec")
-    if draft is not None and draft not in ("oracle", "wrong") and proposer == "suffix":
-        raise ConfigError(f"--draft {draft}: --proposer suffix uses no head; drop --draft or use --proposer hybrid "
-                          "or eagle")
-    if getattr(args, "suffix_calibration", "shipped") == "online" and proposer == "eagle":
-        raise ConfigError("--suffix-calibration online: --proposer eagle has no suffix source to calibrate; use "
-                          "--proposer suffix or hybrid")
+    if hasattr(args, "proposer") and getattr(args, "mode", "spec") == "spec":
+        _drafting(args)  # every drafting flag, checked before anything loads
     for flag in ("trace", "json"):
         path = getattr(args, flag, None)
         if path:
@@ -141,10 +108,7 @@ def _build(args: argparse.Namespace, speculative: bool = True, tokenizer: bool =
     """The stack of a command, through the one builder (deployment checks, budget vs buckets, attention core)."""
     from .build import build
 
-    return build(args.model, _runtime(args), args.draft if speculative else None,
-                 _budget(args) if speculative else None, speculative=speculative, window=args.window,
-                 tokenizer=tokenizer, proposer=args.proposer, budget_mode=args.budget_mode,
-                 suffix_calibration=args.suffix_calibration)
+    return build(args.model, _runtime(args), _drafting(args) if speculative else None, tokenizer=tokenizer)
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
@@ -192,8 +156,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise ConfigError(f"--draft {args.draft}: oracles need the greedy output first; use them with bench or eval")
     sampling = SamplingParams(args.temperature, args.top_p, args.top_k_sample, args.seed)
     _runtime(args)  # the flags first (they need nothing loaded),
-    if spec:
-        _budget(args)
     ids = _prompt_ids(args)  # then the prompt against the cache, before the teacher loads and compiles
     stack = _build(args, spec)
     tok, engine = stack.tokenizer, stack.engine
@@ -275,7 +237,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     rank, world = resolve_rank(args.rank, args.world)
     items = load_items(args.eval_set, args.subset)
     stack = _build(args, tokenizer=any(i.turns for i in items))  # token-id sets need no tokenizer
-    config = RunConfig.for_stack(stack, items, args.max_new_tokens, args.window)
+    config = RunConfig.for_stack(stack, items, args.max_new_tokens)
     run_shard(stack, items, config, args.out, rank, world, limit=args.limit, spread=args.spread)
     if world == 1:
         return _merge_and_report(args.out, not args.no_plots)
@@ -294,8 +256,12 @@ def _batch_runtime(args: argparse.Namespace):
 def _build_batch(args: argparse.Namespace):
     from .serving.stack import build_batch
 
-    return build_batch(args.model, args.max_seqs, args.max_cache_len, _batch_runtime(args), args.drafting,
-                       args.max_nodes, getattr(args, "max_queued", 256))
+    from .drafting import DraftingConfig
+
+    drafting = (DraftingConfig(proposer="suffix", max_nodes=args.max_nodes, suffix_calibration=args.suffix_calibration)
+                if args.drafting == "suffix" else None)
+    return build_batch(args.model, args.max_seqs, args.max_cache_len, _batch_runtime(args), drafting,
+                       getattr(args, "max_queued", 256))
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -331,7 +297,7 @@ def cmd_bench_batch(args: argparse.Namespace) -> int:
     prompts = load_prompts(args.prompts)
     ids = [stack.tokenizer.encode_chat([{"role": "user", "content": p}]) for p in prompts]
     print(f"warm-up {stack.engine.warm_up(sampling=False):.1f} s", file=sys.stderr, flush=True)
-    summary = bench_batch(stack.engine, ids, conc, args.max_new_tokens, stack.eos, stack.drafting != "none")
+    summary = bench_batch(stack.engine, ids, conc, args.max_new_tokens, stack.eos, stack.drafting is not None)
     print(json.dumps(summary))
     return 0
 
@@ -380,14 +346,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--trace", default=None, help="write one JSON line per speculative step to this file")
     _add_runtime_flags(p)
-    _add_spec_flags(p)
+    add_drafting_flags(p)
     p.set_defaults(fn=cmd_generate)
     p = sub.add_parser("bench", help="greedy vs speculative on the same prompts, side by side")
     p.add_argument("--prompts", default=None, help='JSONL file, one {"prompt": "..."} per line; evalset:N for N first turns '
                    'spread over the evaluation set (MT-Bench + HumanEval); default: 8 built-in prompts')
     p.add_argument("--max-new-tokens", type=int, default=128)
     _add_runtime_flags(p)
-    _add_spec_flags(p)
+    add_drafting_flags(p)
     p.set_defaults(fn=cmd_bench)
     p = sub.add_parser("eval", help="greedy vs speculative on the evaluation set (sharded, resumable traces)")
     p.add_argument("--out", required=True, help="trace directory: shard-RRR.jsonl per worker, merged.jsonl, plots/")
@@ -403,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--merge", action="store_true", help="only merge OUT's shard files and print the report")
     p.add_argument("--no-plots", action="store_true", help="tables only")
     _add_runtime_flags(p)
-    _add_spec_flags(p)
+    add_drafting_flags(p)
     p.set_defaults(fn=cmd_eval)
     p = sub.add_parser("report", help="metrics, per-category tables and plots from evaluation traces")
     p.add_argument("traces", nargs="+", help="trace files or eval --out directories")
@@ -438,8 +404,11 @@ def _add_batch_flags(p: argparse.ArgumentParser, max_seqs: bool = True) -> None:
                    help="tokens per request, prompt + completion (each slot's cache rows; default 1024)")
     p.add_argument("--drafting", choices=["suffix", "none"], default="suffix",
                    help="suffix: model-free drafts ranked across requests by the global budget (lossless); none")
-    p.add_argument("--max-nodes", type=int, default=None,
-                   help="bound on the nodes a step verifies per request, root included (default: the largest bucket)")
+    p.add_argument("--max-nodes", type=int, default=DraftingConfig().max_nodes,
+                   help="the nodes one step verifies per request, root included; a request may ask for fewer; 1 = no "
+                        f"speculation (default {DraftingConfig().max_nodes})")
+    p.add_argument("--suffix-calibration", choices=["shipped", "online"], default="shipped",
+                   help="score suffix candidates with the shipped table (default) or correct it online")
     p.add_argument("--device", choices=["CPU", "Ascend"], default="CPU")
     p.add_argument("--buckets", default=None, help="row buckets of the batched forward (default 1,2,4,8,16,32,64)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")

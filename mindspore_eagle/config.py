@@ -436,6 +436,12 @@ def parse_sizes(text: str, what: str) -> tuple[int, ...]:
         raise ConfigError(f"{what}={text!r}: expected comma-separated integers, e.g. 1,8,16,64") from None
 
 
+def smallest_holding(sizes, n: int, default: int | None = None) -> int | None:
+    """The smallest of ``sizes`` that is >= ``n`` (``default`` when none is): the one bucket rule, for forward
+    buckets, cost tables and training lengths alike."""
+    return min((b for b in sizes if b >= n), default=default)
+
+
 @dataclass(frozen=True)
 class Buckets:
     """The static row counts a forward may have: each size compiles one graph, so every forward (prefill chunk,
@@ -468,10 +474,10 @@ class Buckets:
 
     def fit(self, num_rows: int) -> int:
         """Smallest size >= ``num_rows`` (>= 1)."""
-        for b in self.sizes:
-            if b >= num_rows:
-                return b
-        raise ConfigError(f"{num_rows} rows exceed the largest bucket {self.largest} (buckets={self.sizes})")
+        b = smallest_holding(self.sizes, num_rows)
+        if b is None:
+            raise ConfigError(f"{num_rows} rows exceed the largest bucket {self.largest} (buckets={self.sizes})")
+        return b
 
     def chunks(self, num_rows: int, max_chunk: int, room: int) -> list[tuple[int, int]]:
         """Split ``num_rows`` rows into ``(size, bucket)`` chunks of at most ``max_chunk`` real rows whose padded
@@ -620,6 +626,6 @@ def replace(cfg: Any, **changes: Any) -> Any:
     return dataclasses.replace(cfg, **changes)
 
 
-__all__ = ["Buckets", "ExecMode", "TEACHER_FORMAT", "TeacherConfig", "RuntimeConfig", "RopeScaling", "field_bool",
+__all__ = ["Buckets", "ExecMode", "smallest_holding", "TEACHER_FORMAT", "TeacherConfig", "RuntimeConfig", "RopeScaling", "field_bool",
            "field_int", "field_object", "field_real", "field_token_id", "field_token_ids", "hf_rope", "parse_sizes",
            "read_config_json", "replace", "require_bool", "require_finite", "require_int_tuple", "saved_config"]

@@ -10,8 +10,8 @@ What ``--device Ascend`` means here (``attention`` holds the op's contract):
   chosen only there (``attention.select_backend``). PyNative "reference" stays the CPU check path.
 * **static shapes within the op's limits** -- every speculative round (tree verification, draft growth
   level) sends at most ``max_query_tokens`` query tokens (default 16, the limit vllm-ascend documents for the
-  fused infer attention op in decode), so the tree bucket ``runtime.check_tree_size(budget.max_nodes)`` and the
-  growth width ``budget.top_k`` must fit; the head sizes must fit the op (D 16-aligned, <= 512; H <= 256;
+  fused infer attention op in decode), so the bound on a step's tree (``DraftingConfig.max_nodes``), its
+  bucket and the head's growth width (``top_k``) must fit; the head sizes must fit the op (D 16-aligned, <= 512; H <= 256;
   H / Hkv <= 64). Prefill chunks go through the op's full-inference branch and are not limited.
 * **compile cache** (opt-in, ``compile_cache_path``) -- ``MS_COMPILER_CACHE_ENABLE=1`` and
   ``MS_COMPILER_CACHE_PATH`` persist compiled graphs across processes, one subdirectory per rank (one graph
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from . import attention
 from .config import Buckets, RuntimeConfig, TeacherConfig
-from .draft_config import TreeBudget
+from .drafting import add_drafting_flags, drafting_from_args
 from .errors import ConfigError, EagleError
 
 DEFAULT_MAX_QUERY_TOKENS = 16
@@ -135,27 +135,29 @@ def check_model(cfg, what: str) -> None:
                           "query group of at most 64")
 
 
-def check_plan(runtime: RuntimeConfig, budget: TreeBudget | None = None, teacher_cfg: TeacherConfig | None = None,
+def check_plan(runtime: RuntimeConfig, drafting=None, teacher_cfg: TeacherConfig | None = None,
                deployment: AscendDeployment = AscendDeployment(), draft_cfg=None) -> None:
-    """Validate an Ascend plan without touching any device (CPU runtimes need nothing and pass)."""
+    """Validate an Ascend plan without touching any device (CPU runtimes need nothing and pass). ``drafting``: the
+    ``DraftingConfig`` (None: teacher only)."""
     if runtime.device != "Ascend":
         return
     if runtime.reference:
         raise ConfigError(f"RuntimeConfig.exec_mode={runtime.exec_mode.value!r} on device 'Ascend': the deployment is "
                           "graph mode only (exec_mode='performance'); PyNative reference mode is the CPU check path")
     limit = deployment.max_query_tokens
-    if budget is not None:
-        if budget.max_nodes > limit:
-            raise ConfigError(f"TreeBudget.max_nodes={budget.max_nodes} exceeds max_query_tokens={limit}, the query "
-                              f"tokens one fused attention round may take; use --max-nodes <= {limit}")
-        bucket = runtime.check_tree_size(budget.max_nodes)
+    if drafting is not None:
+        nodes = drafting.depth + 1 if drafting.oracle else drafting.max_nodes
+        if nodes > limit:
+            raise ConfigError(f"--max-nodes {nodes} (the nodes one step verifies) exceeds max_query_tokens={limit}, "
+                              f"the query tokens one fused attention round may take; use --max-nodes <= {limit}")
+        bucket = runtime.check_tree_size(nodes, "--max-nodes")
         if bucket > limit:
-            raise ConfigError(f"tree bucket {bucket} (the smallest of RuntimeConfig.buckets={runtime.buckets.sizes} holding "
-                              f"TreeBudget.max_nodes={budget.max_nodes}) exceeds max_query_tokens={limit} of the fused "
-                              f"attention op; add a bucket between {budget.max_nodes} and {limit}")
-        if budget.top_k > limit:
-            raise ConfigError(f"TreeBudget.top_k={budget.top_k}: each draft growth level sends top_k query tokens, "
-                              f"more than max_query_tokens={limit}")
+            raise ConfigError(f"tree bucket {bucket} (the smallest of RuntimeConfig.buckets={runtime.buckets.sizes} "
+                              f"holding --max-nodes {nodes}) exceeds max_query_tokens={limit} of the fused attention "
+                              f"op; add a bucket between {nodes} and {limit}")
+        if drafting.uses_head and drafting.top_k > limit:
+            raise ConfigError(f"--top-k {drafting.top_k}: each draft growth level sends top_k query tokens, more "
+                              f"than max_query_tokens={limit}")
     if teacher_cfg is not None:
         check_model(teacher_cfg, "TeacherConfig")
     if draft_cfg is not None:
@@ -179,15 +181,16 @@ def enable_compile_cache(path: str) -> str:
     return path
 
 
-def prepare(runtime: RuntimeConfig, budget: TreeBudget | None = None, teacher_cfg: TeacherConfig | None = None,
+def prepare(runtime: RuntimeConfig, drafting=None, teacher_cfg: TeacherConfig | None = None,
             deployment: AscendDeployment | None = None, draft_cfg=None) -> attention.AttentionChoice:
-    """Validate, set the device and compile cache, and return the attention choice the Cells must be built with."""
+    """Validate, set the device and compile cache, and return the attention choice the Cells must be built with.
+    The plan is checked before the device is looked for: a plan the op cannot run is wrong on any machine."""
     backend = attention.select_backend(runtime.device, runtime.exec_mode)
     if runtime.device != "Ascend":
         return attention.AttentionChoice(backend)
     deployment = deployment or AscendDeployment()
+    check_plan(runtime, drafting, teacher_cfg, deployment, draft_cfg)
     require_ascend()
-    check_plan(runtime, budget, teacher_cfg, deployment, draft_cfg)
     if deployment.compile_cache_path:
         enable_compile_cache(deployment.compile_cache_path)
     import mindspore as ms
@@ -218,20 +221,18 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--buckets", default="1,8,16,64", help="comma-separated token buckets (default 1,8,16,64)")
     c.add_argument("--prefill-chunk", type=int, default=64)
     c.add_argument("--max-cache-len", type=int, default=1024)
-    c.add_argument("--max-nodes", type=int, default=16)
-    c.add_argument("--depth", type=int, default=6)
-    c.add_argument("--top-k", type=int, default=8)
+    add_drafting_flags(c)
     c.add_argument("--max-query-tokens", type=int, default=DEFAULT_MAX_QUERY_TOKENS)
     c.add_argument("--probe", action="store_true", help="also require a usable Ascend NPU on this machine")
     args = p.parse_args(argv)
     try:
         runtime = RuntimeConfig(max_cache_len=args.max_cache_len, device="Ascend", buckets=Buckets.parse(args.buckets),
                                 prefill_chunk=args.prefill_chunk)
-        budget = TreeBudget(max_nodes=args.max_nodes, depth=args.depth, top_k=args.top_k)
+        drafting = drafting_from_args(args)
         cfg = TeacherConfig.load(args.model) if args.model else None
-        check_plan(runtime, budget, cfg, AscendDeployment(max_query_tokens=args.max_query_tokens))
-        print(f"plan ok: buckets {runtime.buckets.sizes}, tree bucket {runtime.check_tree_size(budget.max_nodes)}, "
-              f"top_k {budget.top_k} <= max_query_tokens {args.max_query_tokens}")
+        check_plan(runtime, drafting, cfg, AscendDeployment(max_query_tokens=args.max_query_tokens))
+        print(f"plan ok: buckets {runtime.buckets.sizes}, tree bucket {drafting.check_fits(runtime)}, "
+              f"top_k {drafting.top_k} <= max_query_tokens {args.max_query_tokens}")
         if args.probe:
             print(f"Ascend ok: {require_ascend().describe()}")
     except (EagleError, ValueError) as exc:

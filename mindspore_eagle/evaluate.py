@@ -62,7 +62,6 @@ class RunConfig:
     max_nodes: int
     depth: int
     top_k: int
-    window: int | None  # draft context window (None: full context)
     exec_mode: str  # "performance" | "reference"
     max_cache_len: int
     max_new_tokens: int
@@ -84,21 +83,21 @@ class RunConfig:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
     @classmethod
-    def for_stack(cls, stack, items: Sequence[EvalItem], max_new_tokens: int, window: int | None = None
-                  ) -> "RunConfig":
-        """The RunConfig of evaluating ``items`` with a ``build.Stack`` (runtime fields are its teacher's)."""
+    def for_stack(cls, stack, items: Sequence[EvalItem], max_new_tokens: int) -> "RunConfig":
+        """The RunConfig of evaluating ``items`` with a ``build.Stack`` (runtime fields are its teacher's, drafting
+        fields its ``DraftingConfig``'s; an oracle's proposer is its name, its budget fixed)."""
         from .evalset import evalset_digest
         from .fingerprint import directory_fingerprint
 
-        rt, budget = stack.teacher.runtime, stack.budget
+        rt, d = stack.teacher.runtime, stack.drafting
         draft_fp = directory_fingerprint(stack.draft_label) if os.path.isdir(stack.draft_label) else ""
         return cls(model=stack.model_dir, draft=stack.draft_label, model_fingerprint=directory_fingerprint(
-                   stack.model_dir), draft_fingerprint=draft_fp, max_nodes=budget.max_nodes, depth=budget.depth,
-                   top_k=budget.top_k, window=window, exec_mode=rt.exec_mode.value, max_cache_len=rt.max_cache_len,
+                   stack.model_dir), draft_fingerprint=draft_fp, max_nodes=d.max_nodes, depth=d.depth,
+                   top_k=d.top_k, exec_mode=rt.exec_mode.value, max_cache_len=rt.max_cache_len,
                    max_new_tokens=max_new_tokens, evalset=evalset_digest(items), buckets=rt.buckets.sizes,
-                   prefill_chunk=rt.prefill_chunk, proposer=stack.proposer, budget_mode=stack.budget_mode,
-                   dtype=stack.teacher.matmul.dtype,
-                   matmul=stack.teacher.matmul.backend, suffix_calibration=stack.suffix_calibration)
+                   prefill_chunk=rt.prefill_chunk, proposer=d.head if d.oracle else d.proposer.value,
+                   budget_mode="fixed" if d.oracle else d.budget.value, dtype=stack.teacher.matmul.dtype,
+                   matmul=stack.teacher.matmul.backend, suffix_calibration=d.suffix_calibration.value)
 
 
 # ----- sharding and seeds ------------------------------------------------------------------------------------
@@ -397,7 +396,7 @@ def merge(out_dir: str, out_path: str | None = None) -> MergeResult:
                        tuple(sorted(skipped)))
 
 
-# ----- set-up shared by the CLI and scripts/ ------------------------------------------------------------------
+# ----- the evaluation set, shared by the CLI and experiments/ ------------------------------------------------
 
 
 def load_items(eval_set: str | None = None, subset: str = "all") -> list[EvalItem]:
@@ -407,36 +406,5 @@ def load_items(eval_set: str | None = None, subset: str = "all") -> list[EvalIte
     return load_custom(eval_set) if eval_set else load_evalset(subset)
 
 
-def evaluate_variant(stack, items: Sequence[EvalItem], out_dir: str, *, max_new_tokens: int = 256,
-                     window: int | None = None, limit: int | None = None, spread: bool = False,
-                     log: Callable[[str], None] = print) -> dict:
-    """One configuration end to end (run or resume in ``out_dir``, merge, metrics): the building block of the
-    sweep and ablation scripts. ``stack`` carries the draft (``Stack.with_draft``)."""
-    from .report import load, metrics
-
-    config = RunConfig.for_stack(stack, items, max_new_tokens, window)
-    run_shard(stack, items, config, out_dir, limit=limit, spread=spread, log=log)
-    loaded = load([merge(out_dir).path])
-    return metrics(loaded.turns, loaded.steps)
-
-
-__all__ = ["MERGED_NAME", "MergeResult", "RunConfig", "add_variant_flags", "build_prompt", "evaluate_variant",
-           "finished_turns",
-           "load_items", "merge", "repair_shard", "run_shard", "select_turns", "shard", "shard_path",
-           "summarize_turn", "turn_seed"]
-
-
-def add_variant_flags(ap) -> None:
-    """The flags every sweep/ablation script shares (``scripts/sweep_budget.py``, ``scripts/ablate.py``)."""
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--limit", type=int, default=24, help="turns per variant (default 24)")
-    ap.add_argument("--sample", choices=["spread", "first"], default="spread",
-                    help="spread: first turns of LIMIT conversations spread over the set (default); "
-                         "first: the first LIMIT turns by id")
-    ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--draft", default=None, help="head directory (default: the shipped head) or 'oracle'")
-    ap.add_argument("--model", default=None)
-    ap.add_argument("--subset", default="all", choices=["all", "mtbench", "humaneval"])
-    ap.add_argument("--eval-set", default=None)
-    ap.add_argument("--max-cache-len", type=int, default=1024)
-    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+__all__ = ["MERGED_NAME", "MergeResult", "RunConfig", "build_prompt", "finished_turns", "load_items", "merge",
+           "repair_shard", "run_shard", "select_turns", "shard", "shard_path", "summarize_turn", "turn_seed"]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -94,12 +94,15 @@ class Acceptance:
     """Result of verifying one tree.
 
     ``path`` are node indices root -> last accepted node (``path[0] == 0``); ``tokens`` are the tokens this
-    step emits: the accepted drafts (tokens of ``path[1:]``) followed by the bonus.
+    step emits: the accepted drafts (tokens of ``path[1:]``) followed by the bonus. ``nodes``: the verified
+    tree's nodes, root included (0: not recorded). The engine may verify fewer nodes than were proposed (the root
+    alone, near the end of the cache); a proposer that learns step costs must charge the tree that ran.
     """
 
     path: tuple[int, ...]
     tokens: tuple[int, ...]
     bonus: int
+    nodes: int = field(default=0, compare=False)  # what was verified, not what was accepted
 
     @property
     def num_accepted(self) -> int:
@@ -133,7 +136,7 @@ def accept_greedy(layout: TreeLayout, argmax: np.ndarray) -> Acceptance:
         nxt = next((c for c in kids[cur] if int(layout.tokens[c]) == target), None)
         if nxt is None:
             tokens = tuple(int(layout.tokens[n]) for n in path[1:]) + (target,)
-            return Acceptance(tuple(path), tokens, target)
+            return Acceptance(tuple(path), tokens, target, layout.num_nodes)
         path.append(nxt)
 
 
@@ -184,7 +187,7 @@ def accept_sampling(layout: TreeLayout, logits: np.ndarray, params: SamplingPara
         nxt = next((c for c in kids[cur] if int(layout.tokens[c]) == target), None)
         if nxt is None:
             tokens = tuple(int(layout.tokens[n]) for n in path[1:]) + (target,)
-            return Acceptance(tuple(path), tokens, target)
+            return Acceptance(tuple(path), tokens, target, layout.num_nodes)
         path.append(nxt)
 
 

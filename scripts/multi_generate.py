@@ -39,10 +39,11 @@ sys.path.insert(0, os.path.dirname(HERE))  # run from a checkout without install
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from mindspore_eagle.drafting import add_drafting_flags
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output directory (rank files, merged generations, summary)")
     p.add_argument("--model", default=None, help="converted teacher directory (default: the installed SmolLM2)")
-    p.add_argument("--draft", default=None, help="EAGLE-3 head directory (default: the shipped head)")
     p.add_argument("--prompts", default=None, help='JSONL of {"prompt": ...} or {"prompt_ids": [...]} lines')
     p.add_argument("--mode", choices=["greedy", "spec", "bench"], default="spec")
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -52,9 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-cache-len", type=int, default=1024)
     p.add_argument("--buckets", default=None, help="comma-separated token buckets (default: RuntimeConfig's)")
     p.add_argument("--prefill-chunk", type=int, default=None)
-    p.add_argument("--max-nodes", type=int, default=32)
-    p.add_argument("--depth", type=int, default=6)
-    p.add_argument("--top-k", type=int, default=8)
+    add_drafting_flags(p)  # --draft, --proposer, --budget, --max-nodes, ...: the product's drafting and defaults
     p.add_argument("--max-query-tokens", type=int, default=16, help="Ascend: query tokens per fused round")
     p.add_argument("--compile-cache", default=None,
                    help="persist compiled graphs in this directory (one subdirectory per rank)")
@@ -85,7 +84,7 @@ def run_worker(args, rank: int, world: int) -> str:
     from mindspore_eagle.build import build
     from mindspore_eagle.config import Buckets, RuntimeConfig
     from mindspore_eagle.deploy import AscendDeployment, enable_compile_cache
-    from mindspore_eagle.draft_config import TreeBudget
+    from mindspore_eagle.drafting import drafting_from_args
     from mindspore_eagle.sharding import shard
 
     all_items = load_prompt_items(args.prompts)
@@ -100,11 +99,10 @@ def run_worker(args, rank: int, world: int) -> str:
         runtime_kw["buckets"] = Buckets.parse(args.buckets)
     if args.prefill_chunk:
         runtime_kw["prefill_chunk"] = args.prefill_chunk
-    speculative = args.mode != "greedy"
-    budget = TreeBudget(max_nodes=args.max_nodes, depth=args.depth, top_k=args.top_k)
+    drafting = drafting_from_args(args) if args.mode != "greedy" else None
     deployment = AscendDeployment(max_query_tokens=args.max_query_tokens)  # compile cache: set above
-    stack = build(args.model, RuntimeConfig(**runtime_kw), args.draft, budget if speculative else None,
-                  speculative=speculative, deployment=deployment, tokenizer=any("prompt" in it for it in all_items))
+    stack = build(args.model, RuntimeConfig(**runtime_kw), drafting, deployment=deployment,
+                  tokenizer=any("prompt" in it for it in all_items))
     engine, tok = stack.engine, stack.tokenizer
     ids = [it["prompt_ids"] if "prompt_ids" in it else
            (tok.encode(it["prompt"]) if args.raw else tok.encode_chat([{"role": "user", "content": it["prompt"]}]))

@@ -239,7 +239,7 @@ class PlainLookupProposer:
 
 class RecordedEagle:
     """Stands in for ``Eagle3Proposer`` inside ``HybridProposer``: returns the head's candidates recorded by
-    ``scripts/record_eagle_candidates.py`` at the current position (the head's context is a function of the
+    ``experiments/record_eagle_candidates.py`` at the current position (the head's context is a function of the
     committed tokens only, so the recording is what the head would grow there)."""
 
     def __init__(self, prompt_len: int, scores, tokens, parents):
@@ -413,7 +413,7 @@ def main(argv=None) -> int:
     ap.add_argument("--install", action="store_true", help="with --fit: write it as the package default")
     ap.add_argument("--out", default=None, help="directory for calibration.json, replay.json, replay.md")
     ap.add_argument("--eagle", nargs="+", default=None,
-                    help="recorded head candidates (scripts/record_eagle_candidates.py), any number of files")
+                    help="recorded head candidates (experiments/record_eagle_candidates.py), any number of files")
     ap.add_argument("--costs", default=None, help='JSON {"bucket_ms": {"1": 72, ...}, "grow_ms": 30}')
     args = ap.parse_args(argv)
     t0 = time.time()

@@ -339,10 +339,9 @@ class NumpyHead:
         return draft_ids + self.d2t[draft_ids] if self.mapped else draft_ids
 
 
-def causal_visibility(n: int, window: int | None = None) -> np.ndarray:
+def causal_visibility(n: int) -> np.ndarray:
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
-    vis = j <= i
-    return vis if window is None else vis & (j > i - window)
+    return j <= i
 
 
 # ----- a tiny teacher + head pair written with numpy (no torch: also the MindFormers environment's) -----------

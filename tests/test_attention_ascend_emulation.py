@@ -23,6 +23,7 @@ from mindspore import Tensor, nn
 from mindspore_eagle import attention, deploy
 from mindspore_eagle.config import RuntimeConfig, TeacherConfig
 from mindspore_eagle.draft_config import TreeBudget
+from mindspore_eagle.drafting import DraftingConfig
 from mindspore_eagle.errors import ConfigError
 from mindspore_eagle.tree import ForwardInputs, TreeLayout, ascend_tree_mask, tree_attention_mask
 from mindspore_eagle.tree.mask import MASK_VALUE
@@ -285,9 +286,9 @@ def test_selecting_ascend_without_an_npu_fails_with_a_clear_message(no_ascend, t
 
     runtime = RuntimeConfig(max_cache_len=64, device="Ascend", buckets=(1, 8, 16), prefill_chunk=8)
     with pytest.raises(ConfigError, match="no usable Ascend NPU"):
-        build(tiny_pair[0], runtime, speculative=False, tokenizer=False)
+        build(tiny_pair[0], runtime, None, tokenizer=False)
     with pytest.raises(ConfigError, match="no usable Ascend NPU"):
-        build(tiny_pair[0], runtime, tiny_pair[1], TreeBudget(max_nodes=8, depth=3, top_k=4), tokenizer=False)
+        build(tiny_pair[0], runtime, DraftingConfig(head=tiny_pair[1], max_nodes=8, depth=3, top_k=4), tokenizer=False)
     assert ms.get_context("device_target") == "CPU"  # nothing was switched
 
 
@@ -311,7 +312,8 @@ def test_the_builder_passes_one_attention_choice_to_teacher_and_head(tiny_pair, 
     fused = attention.AttentionChoice(attention.FUSED, op=emulated_fused_infer_attention_score)
     monkeypatch.setattr(deploy, "prepare", lambda *a, **k: fused)
     runtime = RuntimeConfig(max_cache_len=64, exec_mode="reference", buckets=(1, 8), prefill_chunk=8)
-    stack = build(tiny_pair[0], runtime, tiny_pair[1], TreeBudget(max_nodes=6, depth=2, top_k=3), tokenizer=False)
+    stack = build(tiny_pair[0], runtime, DraftingConfig(proposer="eagle", budget="fixed", head=tiny_pair[1], max_nodes=6,
+                                                       depth=2, top_k=3), tokenizer=False)
     assert stack.teacher.attention is fused
     assert all(isinstance(layer.self_attn.core, attention.FusedAttention) for layer in stack.teacher.cell.model.layers)
     head = stack.proposer_for(None).head
@@ -326,36 +328,36 @@ TEACHER = TeacherConfig(vocab_size=100, hidden_size=128, intermediate_size=256, 
 
 
 def test_plan_within_limits_passes():
-    deploy.check_plan(RuntimeConfig(**ASCEND), TreeBudget(max_nodes=16, depth=6, top_k=8), TEACHER)
+    deploy.check_plan(RuntimeConfig(**ASCEND), DraftingConfig(max_nodes=16, depth=6, top_k=8), TEACHER)
 
 
 def test_tree_bucket_above_the_query_token_limit_is_refused_by_name():
     runtime = RuntimeConfig(**{**ASCEND, "buckets": (1, 8, 32, 64)})
-    with pytest.raises(ConfigError, match=r"tree bucket 32 .*max_nodes=12.*max_query_tokens=16"):
-        deploy.check_plan(runtime, TreeBudget(max_nodes=12, depth=4, top_k=4), TEACHER)
-    with pytest.raises(ConfigError, match=r"TreeBudget.max_nodes=32 exceeds max_query_tokens=16"):
-        deploy.check_plan(RuntimeConfig(**ASCEND), TreeBudget(max_nodes=32), TEACHER)
-    with pytest.raises(ConfigError, match=r"TreeBudget.top_k=20"):
-        deploy.check_plan(RuntimeConfig(**ASCEND), TreeBudget(max_nodes=16, depth=2, top_k=20), TEACHER)
+    with pytest.raises(ConfigError, match=r"tree bucket 32 .*--max-nodes 12\) exceeds max_query_tokens=16"):
+        deploy.check_plan(runtime, DraftingConfig(max_nodes=12, depth=4, top_k=4), TEACHER)
+    with pytest.raises(ConfigError, match=r"--max-nodes 32 \(the nodes one step verifies\) exceeds max_query_tokens=16"):
+        deploy.check_plan(RuntimeConfig(**ASCEND), DraftingConfig(max_nodes=32), TEACHER)
+    with pytest.raises(ConfigError, match=r"--top-k 20: each draft growth level"):
+        deploy.check_plan(RuntimeConfig(**ASCEND), DraftingConfig(max_nodes=16, depth=2, top_k=20), TEACHER)
     # the limit is configurable
-    deploy.check_plan(runtime, TreeBudget(max_nodes=12, depth=4, top_k=4), TEACHER,
+    deploy.check_plan(runtime, DraftingConfig(max_nodes=12, depth=4, top_k=4), TEACHER,
                       deploy.AscendDeployment(max_query_tokens=32))
 
 
 def test_ascend_is_graph_mode_only():
     with pytest.raises(ConfigError, match="graph mode only"):
-        deploy.check_plan(RuntimeConfig(**ASCEND, exec_mode="reference"), TreeBudget(max_nodes=16))
+        deploy.check_plan(RuntimeConfig(**ASCEND, exec_mode="reference"), DraftingConfig(max_nodes=16))
 
 
 def test_head_sizes_the_fused_op_cannot_take_are_refused():
     bad = TeacherConfig(vocab_size=100, hidden_size=64, intermediate_size=96, num_layers=2, num_heads=8,
                         num_kv_heads=2)  # head_dim 8
     with pytest.raises(ConfigError, match="TeacherConfig.head_dim=8"):
-        deploy.check_plan(RuntimeConfig(**ASCEND), TreeBudget(max_nodes=16), bad)
+        deploy.check_plan(RuntimeConfig(**ASCEND), DraftingConfig(max_nodes=16), bad)
 
 
 def test_cpu_runtimes_are_not_limited():
-    deploy.check_plan(RuntimeConfig(max_cache_len=256), TreeBudget(max_nodes=64), TEACHER)
+    deploy.check_plan(RuntimeConfig(max_cache_len=256), DraftingConfig(max_nodes=64), TEACHER)
     assert deploy.prepare(RuntimeConfig(max_cache_len=256)).backend == attention.REFERENCE
 
 

@@ -13,7 +13,8 @@ from mindspore_eagle.draft.budget import VerifyCosts
 from mindspore_eagle.engine import SpeculativeEngine
 from mindspore_eagle.errors import CacheCapacityError, ConfigError
 from mindspore_eagle.serving import BatchEngine, QueueFullError, plan_rows
-from mindspore_eagle.serving.stack import build_batch
+from mindspore_eagle.drafting import DraftingConfig
+from mindspore_eagle.serving.stack import SERVING_DRAFTING, build_batch
 from mindspore_eagle.verify import SamplingParams
 
 COPY = "Copy this list exactly: apples, bananas, cherries, dates, elderberries, figs, grapes."
@@ -31,7 +32,7 @@ def stack(default_teacher):
     from tests.helpers import default_model_or_skip
 
     rt = RuntimeConfig(buckets=Buckets((1, 4, 16, 64)), prefill_chunk=16)
-    return build_batch(default_model_or_skip(), 4, SLOT, rt, "suffix")
+    return build_batch(default_model_or_skip(), 4, SLOT, rt, SERVING_DRAFTING)
 
 
 @pytest.fixture(scope="module")
@@ -184,8 +185,12 @@ def test_build_batch_refuses_bad_sizes_before_loading():
         build_batch(None, 65, 512)
     with pytest.raises(ConfigError, match="max-cache-len"):
         build_batch(None, 2, 16)
-    with pytest.raises(ConfigError, match="drafting"):
-        build_batch(None, 2, 512, drafting="eagle")
+    with pytest.raises(ConfigError, match="--proposer hybrid: the batch engine drafts with the suffix index only"):
+        build_batch(None, 2, 512, drafting=DraftingConfig())
+    with pytest.raises(ConfigError, match="--budget fixed: the batch engine ranks"):
+        build_batch(None, 2, 512, drafting=DraftingConfig(proposer="suffix", budget="fixed"))
+    with pytest.raises(ConfigError, match=r"--max-nodes=128 does not fit"):
+        build_batch(None, 2, 512, drafting=DraftingConfig(proposer="suffix", max_nodes=128))
 
 
 def test_speculative_sampling_in_a_batch_follows_the_teacher_distribution(hf_tiny):

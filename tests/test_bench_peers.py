@@ -4,7 +4,7 @@ measurement (on a tiny random model against a full-recompute greedy), that trans
 our prompt ids, and the llama.cpp rows: the f32 GGUF holds the original's dequantized tensors, the rows' names and
 their "not run" reason, and the worker's measurement through the real protocol on a stand-in ``llama_cpp`` module
 (llama-cpp-python itself lives in its own venv, never needed here). A full run is a benchmark
-(scripts/bench_peers.py), not a test."""
+(bench/bench_peers.py), not a test."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="module")
 def peers():
-    spec = importlib.util.spec_from_file_location("bench_peers", os.path.join(ROOT, "scripts", "bench_peers.py"))
+    spec = importlib.util.spec_from_file_location("bench_peers", os.path.join(ROOT, "bench", "bench_peers.py"))
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses resolve their annotations through sys.modules
     spec.loader.exec_module(module)

@@ -16,7 +16,7 @@ import pytest
 
 from mindspore_eagle.build import Stack, oracle_factory
 from mindspore_eagle.config import RuntimeConfig
-from mindspore_eagle.draft_config import TreeBudget
+from mindspore_eagle.drafting import DraftingConfig
 from mindspore_eagle.engine import SpeculativeEngine
 from mindspore_eagle.errors import ConfigError
 from mindspore_eagle.evalset import EvalItem
@@ -64,7 +64,7 @@ def tiny(hf_tiny):
     _, ms_dir, torch_model = hf_tiny("pangu")
     teacher = Teacher.load(ms_dir, RuntimeConfig(**RUNTIME))
     stack = Stack(teacher, SpeculativeEngine(teacher), None, EOS, ms_dir, flaky_factory(teacher), "flaky",
-                  TreeBudget(max_nodes=DEPTH + 1, depth=DEPTH, top_k=1))
+                  DraftingConfig(proposer="eagle", budget="fixed", max_nodes=DEPTH + 1, depth=DEPTH, top_k=1))
     return stack, ms_dir, torch_model
 
 
@@ -316,7 +316,7 @@ def oracle_single(tiny, tmp_path_factory):
     stack, ms_dir, _ = tiny
     out = tmp_path_factory.mktemp("oracle_single")
     oracle = dataclasses.replace(stack, proposer_for=oracle_factory("oracle", DEPTH, stack.teacher.cfg.vocab_size),
-                                 draft_label="oracle", budget=TreeBudget(max_nodes=32, depth=DEPTH, top_k=8))
+                                 draft_label="oracle", drafting=DraftingConfig(head="oracle", depth=DEPTH))
     m = run(tiny, out, stack=oracle)
     return canonical(m.path)
 
@@ -393,19 +393,19 @@ def test_msrun_launcher_equals_the_in_process_run(tiny, oracle_single, tmp_path)
     assert sorted(os.listdir(out / "msrun_logs")) == ["scheduler.log", "worker_0.log", "worker_1.log"]
 
 
-# ----- sweep and ablation scripts ----------------------------------------------------------------------------------
+# ----- sweep and ablation experiments (experiments/: they must still run) ------------------------------------------
 
 
 def load_script(name):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "scripts", f"{name}.py"))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "experiments", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_sweep_and_ablation_scripts_write_their_tables_and_plots(tiny, tmp_path, monkeypatch, capsys):
+def test_sweep_and_ablation_experiments_write_their_tables_and_plots(tiny, tmp_path, monkeypatch, capsys):
     stack = tiny[0]
     sweep, ablate = load_script("sweep_budget"), load_script("ablate")
     for script in (sweep, ablate):
@@ -421,13 +421,13 @@ def test_sweep_and_ablation_scripts_write_their_tables_and_plots(tiny, tmp_path,
     assert all(r["turns"] == 2 and r["lossless_turns"] == 2 for r in rows)
     assert rows[2]["tau"] > rows[0]["tau"] > 1  # the oracle accepts every level: deeper trees, longer accepts
     assert (tmp_path / "sw" / "sweep_budget.md").read_text().startswith("| max_nodes | depth | top_k |")
-    assert ablate.main(["--out", str(tmp_path / "ab"), "--what", "window", "--windows", "4", "--depth", "3",
-                        "--max-nodes", "4", "--top-k", "1", *common]) == 0
-    rows = json.load(open(tmp_path / "ab" / "ablate_window.json"))
-    assert [r["variant"] for r in rows] == ["full", "W=4"]
+    assert ablate.main(["--out", str(tmp_path / "ab"), "--what", "exec", "--exec-limit", "2",
+                        "--exec-max-new-tokens", "6", "--depth", "3", "--max-nodes", "4", "--top-k", "1", *common]) == 0
+    rows = json.load(open(tmp_path / "ab" / "ablate_exec.json"))
+    assert [r["variant"] for r in rows] == ["performance", "reference"]
     assert all(r["turns"] == 2 and r["lossless_turns"] == 2 for r in rows)
     if __import__("importlib").util.find_spec("matplotlib"):
-        assert (tmp_path / "sw" / "sweep_budget.png").is_file() and (tmp_path / "ab" / "ablate_window.png").is_file()
+        assert (tmp_path / "sw" / "sweep_budget.png").is_file() and (tmp_path / "ab" / "ablate_exec.png").is_file()
 
 
 def test_a_turn_with_bad_ids_is_recorded_and_the_run_goes_on(tiny, tmp_path):

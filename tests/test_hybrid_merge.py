@@ -260,6 +260,27 @@ def test_an_adaptive_proposer_learns_costs_from_the_time_between_propose_and_acc
         CostTracker(COSTS, window=0)
 
 
+def test_a_tree_the_engine_replaced_by_the_root_alone_is_charged_to_the_root_bucket():
+    """Near the end of the cache the engine verifies the root alone: the 1-row time must not be learnt as the cost
+    of the bucket the proposer asked for (that made large trees look cheap at the end of every long request)."""
+    from mindspore_eagle.draft.hybrid import HybridProposer
+    from mindspore_eagle.verify import Acceptance
+
+    now = [0.0]
+    prop = HybridProposer("suffix", "adaptive", costs=COSTS, clock=lambda: now[0])
+    seq = [1, 2, 3, 4] * 6
+    prop.begin(seq, np.zeros((len(seq), 0), np.float32), 1)
+    observed = []
+    learn = prop.tracker.observe
+    prop.tracker.observe = lambda nodes, ms: (observed.append((nodes, ms)), learn(nodes, ms))
+    layout = prop.propose(1)
+    assert layout.num_nodes > 1
+    now[0] += 0.005  # 5 ms: one row
+    prop.accept(Acceptance((0,), (2,), 2, nodes=1), np.zeros((1, 0), np.float32))
+    assert observed == [(1, pytest.approx(5.0))]  # charged to the root's bucket, not the proposed tree's
+    assert prop.ratio.factor == 1.0  # and the unverified drafts taught the acceptance ratio nothing
+
+
 class _ClockedHead:
     """Stands in for an Eagle3Proposer on a fake clock: a catch-up costs 10 ms, a growth 3 ms."""
 

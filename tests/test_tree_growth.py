@@ -60,8 +60,7 @@ def run_stub(grower, stub, table: np.ndarray, root: int):
     # ops.assign, not set_data: a compiled graph keeps its own view of a Parameter whose data is replaced.
     ops.assign(stub.table, Tensor(table.astype(np.float32)))
     vocab = table.shape[0]
-    scores, tokens, parents = grower(Tensor(np.eye(vocab, dtype=np.float32)[root:root + 1]), Tensor(np.int64(10)),
-                                     Tensor(np.int64(10 ** 6)))
+    scores, tokens, parents = grower(Tensor(np.eye(vocab, dtype=np.float32)[root:root + 1]), Tensor(np.int64(10)))
     return scores.asnumpy(), tokens.asnumpy(), parents.asnumpy()
 
 
@@ -185,8 +184,7 @@ HEAD_LEN = 48
 BUDGET = TreeBudget(max_nodes=12, depth=3, top_k=3)
 
 
-def numpy_growth(ref: NumpyHead, embed: np.ndarray, tokens: np.ndarray, feats: np.ndarray, k: int, depth: int,
-                 window: int | None = None):
+def numpy_growth(ref: NumpyHead, embed: np.ndarray, tokens: np.ndarray, feats: np.ndarray, k: int, depth: int):
     """EAGLE growth recomputed branch by branch: every node's output from a fresh causal run over the
     context entries plus its own ancestors (hidden input = the previous entry's output)."""
     e_ctx = embed[tokens].astype(np.float64)
@@ -194,11 +192,11 @@ def numpy_growth(ref: NumpyHead, embed: np.ndarray, tokens: np.ndarray, feats: n
 
     def chain_output(chain):
         e, h = e_ctx, h_ctx
-        out = ref.forward(e, h, np.arange(len(e)), causal_visibility(len(e), window))
+        out = ref.forward(e, h, np.arange(len(e)), causal_visibility(len(e)))
         for tok in chain:  # each chain entry's hidden input is the previous entry's output
             e = np.concatenate([e, embed[tok][None]])
             h = np.concatenate([h, out[-1:]])
-            out = ref.forward(e, h, np.arange(len(e)), causal_visibility(len(e), window))
+            out = ref.forward(e, h, np.arange(len(e)), causal_visibility(len(e)))
         return out[-1]
 
     def log_softmax(x):
@@ -278,20 +276,6 @@ def test_in_graph_growth_equals_per_branch_recomputation(real_head, exec_mode):
         prop.propose(int(toks[13]) + 1)
 
 
-def test_windowed_draft_context_equals_sliding_window_reference(real_head):
-    c, ref, head, embed = real_head
-    window = 4  # >= depth, so a node's own chain always fits the window
-    prop = Eagle3Proposer(head, Tensor(embed), BUDGET, window=window, buckets=(1, 8))
-    toks, feats = context(c, 10, seed=6)
-    prop.begin(toks, feats, int(toks[-1]))
-    entries = np.concatenate([toks[1:], [toks[-1]]])
-    scores, tokens, parents = prop.candidates()
-    want_s, want_t, want_p = numpy_growth(ref, embed, entries, feats, BUDGET.top_k, BUDGET.depth, window)
-    np.testing.assert_array_equal(tokens, want_t)
-    np.testing.assert_array_equal(parents, want_p)
-    np.testing.assert_allclose(scores, want_s, rtol=1e-4, atol=1e-4)
-
-
 def test_growth_refuses_to_run_past_the_draft_cache(real_head):
     c, _, head, embed = real_head
     prop = Eagle3Proposer(head, Tensor(embed), BUDGET, buckets=(1, 8))
@@ -350,8 +334,6 @@ def test_proposer_rejects_bad_inputs(real_head):
     c, _, head, embed = real_head
     with pytest.raises(ConfigError, match="top_k"):
         Eagle3Proposer(head, Tensor(embed), TreeBudget(max_nodes=8, depth=2, top_k=c["draft_vocab_size"] + 1))
-    with pytest.raises(ConfigError, match="window"):
-        Eagle3Proposer(head, Tensor(embed), BUDGET, window=0)
     prop = Eagle3Proposer(head, Tensor(embed), BUDGET)
     with pytest.raises(ConfigError, match="propose before begin"):
         prop.propose(1)

@@ -13,7 +13,7 @@ Terms (root, node, draft, accepted, bonus, committed, bucket) are those of ``min
   source          which draft proposed a node: the EAGLE head, the suffix index, or both.
 """
 
-from .budget import VerifyCosts, measure_costs
+from .budget import VerifyCosts
 from .grow import GrownTree, TreeGrowCell, select_tree
 from .hybrid import HybridProposer
 from .merge import CandidateTree, merge_trees
@@ -22,4 +22,4 @@ from .suffix import SuffixConfig, SuffixIndex
 
 __all__ = ["CandidateTree", "Eagle3Proposer", "GrownTree", "HybridProposer", "SuffixConfig", "SuffixIndex",
            "TreeGrowCell", "VerifyCosts", "default_head_dir", "draft_cache_len", "load_head", "load_proposer",
-           "measure_costs", "merge_trees", "select_tree"]
+           "merge_trees", "select_tree"]

@@ -32,11 +32,12 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ..config import smallest_holding
 from ..errors import ConfigError
 
 DEFAULT_BUCKET_MS = ((1, 18.6), (8, 23.4), (16, 33.6), (32, 54.5), (64, 94.9))
 """Verification ms per bucket of the default teacher (SmolLM2-135M, fp32, the fused CPU kernels, 2-core CPU, context
-512): ``scripts/bench_cycle.py`` (``results/kernels/bench_cycle.json``). Only the prior: ``CostTracker`` follows the
+512): ``bench/bench_cycle.py`` (``results/kernels/bench_cycle.json``). Only the prior: ``CostTracker`` follows the
 costs the proposer observes (a bucket it has not used yet scales its prior like the used ones). Pass measured costs
 for any other set-up."""
 
@@ -235,7 +236,7 @@ class CostTracker:
 
     def bucket_of(self, num_nodes: int) -> int:
         """The smallest tracked bucket holding ``num_nodes`` (the engine's rule)."""
-        return min((b for b in self._seen if b >= num_nodes), default=max(self._seen))
+        return smallest_holding(self._seen, num_nodes, max(self._seen))
 
     def observe(self, num_nodes: int, ms: float) -> None:
         b = self.bucket_of(num_nodes)
@@ -261,57 +262,5 @@ class CostTracker:
         return VerifyCosts(tuple(zip(buckets, np.maximum.accumulate(ms).tolist())), grow, self.prior.suffix_ms)
 
 
-class _FixedChainProposer:
-    """Proposes a chain of ``n - 1`` copies of the root (any valid tree of n nodes costs the same)."""
-
-    def __init__(self, n: int):
-        self.n = n
-        self.max_nodes = n
-
-    def begin(self, prompt, aux_hidden, first_token) -> None:
-        pass
-
-    def propose(self, root_token: int):
-        from ..tree.layout import TreeLayout
-
-        return TreeLayout.from_parents([root_token] * self.n, [0] + list(range(self.n - 1)))
-
-    def accept(self, acceptance, aux_hidden) -> None:
-        pass
-
-
-def measure_costs(teacher, prompt: Sequence[int], steps: int = 6, rounds: int = 3, eagle=None) -> VerifyCosts:
-    """Verification ms per bucket of ``teacher`` (its own buckets), measured through the engine on ``prompt``:
-    after one untimed request per bucket, ``rounds`` round-robin passes over the buckets of ``steps`` steps each
-    (so a change of load on a shared machine hits every bucket alike); the median per bucket, then made
-    non-decreasing in the bucket (a larger bucket verifies a superset of rows; a smaller median for it is
-    noise). With ``eagle`` (an ``Eagle3Proposer``), also the median ms of one growth plus a one-token catch-up."""
-    import time
-
-    from ..engine import SpeculativeEngine
-
-    engine = SpeculativeEngine(teacher)
-    chains = {b: _FixedChainProposer(b) for b in teacher.runtime.buckets.sizes}
-    for chain in chains.values():
-        engine.generate(prompt, 3, proposer=chain)
-    samples: dict[int, list[float]] = {b: [] for b in chains}
-    grow: list[float] = []
-    for _ in range(rounds):
-        for b, chain in chains.items():
-            samples[b] += [s.verify_ms for s in engine.generate(prompt, steps + 1, proposer=chain).steps]
-        if eagle is not None:
-            gen = engine.generate(prompt, 2, proposer=eagle)
-            feats = np.zeros((1, 3 * eagle.head.cfg.target_hidden_size), np.float32)
-            for _ in range(steps):
-                t0 = time.perf_counter()
-                eagle.candidates()
-                eagle.extend([gen.tokens[-1]], feats)
-                grow.append((time.perf_counter() - t0) * 1000)
-    medians = np.maximum.accumulate([float(np.median(samples[b])) for b in sorted(samples)])
-    return VerifyCosts(tuple(zip(sorted(samples), medians.tolist())),
-                       float(np.median(grow)) if grow else DEFAULT_GROW_MS)
-
-
 __all__ = ["BudgetPlan", "CostTracker", "DEFAULT_BUCKET_MS", "DEFAULT_GROW_MS", "EagleProfile", "VerifyCosts",
-           "measure_costs",
            "plan_budget", "should_grow"]

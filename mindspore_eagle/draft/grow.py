@@ -21,8 +21,7 @@ tree and, with non-increasing path scores, exactly the top ``max_nodes - 1``.
 
 Draft-cache rows of one growth (L = the draft's committed length; its last entry, position L - 1, is the
 root's): the level-d frontier is written at rows ``L + (d-1)*top_k + j`` (j = frontier slot) with position
-``L + d - 1``; it sees the committed rows plus the rows of its own ancestors and itself (with a window W,
-only committed rows at positions > its own position - W). The caller reserves those ``(depth - 1) * top_k``
+``L + d - 1``; it sees the committed rows plus the rows of its own ancestors and itself. The caller reserves those ``(depth - 1) * top_k``
 rows and drops them afterwards.
 
 Candidate numbering (the graph's output order; 0 is the root): level 1 = ids ``1..k``; level ``d >= 2`` =
@@ -33,7 +32,6 @@ smaller than its child's.
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 
 import mindspore as ms
@@ -43,14 +41,14 @@ from mindspore import Parameter, Tensor, nn, ops
 from ..draft_config import TreeBudget
 from ..tree.layout import ROOT, TreeLayout
 from ..tree.mask import MASK_VALUE
+from .merge import best_first
 
 
 class TreeGrowCell(nn.Cell):
-    """``construct(root_hidden [1, H], committed_len, window) -> (scores, tokens, parents)``.
+    """``construct(root_hidden [1, H], committed_len) -> (scores, tokens, parents)``.
 
-    ``committed_len`` / ``window`` are int64 scalar tensors: the draft's committed length L, and the attention
-    window W (a node at position q sees committed rows ``>= q - W + 1``, plus its tree ancestors; pass a value
-    > max_len for no window). Outputs, each ``[num_candidates]``: cumulative log-probability
+    ``committed_len`` is an int64 scalar tensor: the draft's committed length L (a node sees every committed row
+    plus its tree ancestors and itself). Outputs, each ``[num_candidates]``: cumulative log-probability
     (float32), target-vocabulary token (int32) and parent candidate id (int32, 0 = root; see the module
     docstring for the numbering).
 
@@ -81,15 +79,15 @@ class TreeGrowCell(nn.Cell):
         self.blocks = Tensor(blocks)
         self.slots = Tensor(np.arange(k, dtype=np.int32))
 
-    def frontier_mask(self, anc, committed_len, first_visible):
-        """Additive mask ``[1, 1, k, max_len]``: committed rows ``[first_visible, L)`` plus the tree rows of each
+    def frontier_mask(self, anc, committed_len):
+        """Additive mask ``[1, 1, k, max_len]``: committed rows ``[0, L)`` plus the tree rows of each
         frontier node's ancestors-or-self (``anc [k, R]``, 1.0 = visible, tree row r = cache row L + r).
 
         Example, k=2, L=3, R=4, max_len=8: column c maps to tree row r = c - 3, clamped into [0, R) before the
         gather and hidden outside it: r = [-3 -2 -1 0 1 2 3 4] -> gathered [0 0 0 0 1 2 3 3], kept c = 3..6.
         """
         cols = ops.arange(self.max_len, dtype=ms.int64)  # [C]
-        committed = ops.logical_and(cols >= first_visible, cols < committed_len)  # [C]
+        committed = cols < committed_len  # [C]
         r = cols - committed_len
         in_tree = ops.logical_and(r >= 0, r < self.num_rows)
         r_safe = ops.minimum(ops.maximum(r, 0), self.num_rows - 1)
@@ -99,7 +97,7 @@ class TreeGrowCell(nn.Cell):
                           ops.full(visible.shape, float(MASK_VALUE), dtype=ms.float32))
         return mask.reshape(1, 1, self.k, self.max_len)
 
-    def construct(self, root_hidden, committed_len, window):
+    def construct(self, root_hidden, committed_len):
         k, h = self.k, self.hidden_size
         logp = ops.log_softmax(self.draft.compute_logits(root_hidden), -1)  # [1, Vd]
         scores, draft_ids = ops.topk(logp, k)  # [1, k] best children of the root
@@ -114,8 +112,7 @@ class TreeGrowCell(nn.Cell):
             level_base = 1 + k + (d - 1) * k * k  # candidate id of the first level-(d+1) candidate
             pos = ops.broadcast_to(ops.cast(committed_len + (d - 1), ms.int32).reshape(1, 1), (1, k))
             rows = ops.cast(committed_len + (d - 1) * k, ms.int32) + self.slots.reshape(1, k)  # [1, k]
-            # the level-d frontier sits at position q = L + d - 1 and sees committed rows >= q - W + 1
-            mask = self.frontier_mask(anc, committed_len, committed_len + d - window)
+            mask = self.frontier_mask(anc, committed_len)  # the level-d frontier sits at position L + d - 1
             embeds = ops.gather(self.embed_table, tokens, 0).reshape(1, k, -1)
             out = self.draft.decode(embeds, hidden.reshape(1, k, h), pos, mask, rows).reshape(k, h)
             logp = ops.log_softmax(self.draft.compute_logits(out), -1)  # [k, Vd]
@@ -161,21 +158,9 @@ def select_tree(root_token: int, scores: np.ndarray, tokens: np.ndarray, parents
     parents = np.asarray(parents, np.int64)
     tokens = np.asarray(tokens, np.int64)
     c = scores.shape[0]
-    rank = np.where(np.isnan(scores), -np.inf, scores).tolist()
-    children: list[list[int]] = [[] for _ in range(c + 1)]  # by parent id
-    for i, p in enumerate(parents.tolist()):
-        children[p].append(i)
+    taken = best_first(np.concatenate([[ROOT], parents]), [np.inf] + scores.tolist(), max_nodes)
     kept = np.zeros(c + 1, np.bool_)  # by candidate id; id 0 is the root
-    kept[ROOT] = True
-    ready = [(-rank[i], i) for i in children[ROOT]]  # candidates whose parent is kept
-    heapq.heapify(ready)
-    for _ in range(min(max_nodes - 1, c)):
-        if not ready:
-            break
-        _, i = heapq.heappop(ready)
-        kept[i + 1] = True
-        for j in children[i + 1]:
-            heapq.heappush(ready, (-rank[j], j))
+    kept[taken] = True
     ids = np.flatnonzero(kept[1:]) + 1  # ascending = level order
     new_index = np.zeros(c + 1, np.int64)
     new_index[ids] = np.arange(1, ids.size + 1)

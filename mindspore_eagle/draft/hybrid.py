@@ -22,7 +22,7 @@ parent path was committed, so a teacher or a request that copies less (or more) 
 drafted within a few dozen steps. Off by default: with the default teacher, whose trace the table was fitted
 on, it lost 2.4% tau on 48 evaluation turns in the engine (results/suffix-calibration/hybrid-48-*); it is for
 teachers the table was not fitted on: replayed over the 240 turns with a table whose odds are 4x too high or too
-low (``scripts/replay_calibration.py``), it wins back all of the wrong table's lost ms/token (0.99 and 1.02).
+low (``experiments/replay_calibration.py``), it wins back all of the wrong table's lost ms/token (0.99 and 1.02).
 
 One step:
 
@@ -47,7 +47,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import ConfigError, TreeInvariantError
-from ..config import Buckets
+from ..config import Buckets, smallest_holding
+from ..drafting import BudgetMode, Proposer
 from ..tree.layout import TreeLayout
 from .budget import AcceptanceRatio, CostTracker, EagleProfile, VerifyCosts, plan_budget, should_grow
 from .grow import select_tree
@@ -56,8 +57,8 @@ from .merge import (SOURCE_BOTH, SOURCE_EAGLE, SOURCE_ROOT, SOURCE_SUFFIX, Candi
 from .online_calibration import OnlineCalibration, labelled_nodes
 from .suffix import NodeFeatures, SuffixCalibration, SuffixConfig, SuffixIndex, default_calibration, suffix_proposal
 
-MODES = ("eagle", "suffix", "hybrid")
-BUDGETS = ("fixed", "adaptive")
+MODES = tuple(m.value for m in Proposer)  # the names are DraftingConfig's (drafting.py)
+BUDGETS = tuple(m.value for m in BudgetMode)
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ class HybridProposer:
         costs = costs if costs is not None else VerifyCosts()
         if buckets is not None:
             costs = costs.restricted(buckets)
-        cap = min((b for b, _ in costs.bucket_ms if b >= max_nodes), default=costs.bucket_ms[-1][0])
+        cap = smallest_holding([b for b, _ in costs.bucket_ms], max_nodes, costs.bucket_ms[-1][0])
         self.costs = VerifyCosts(tuple((b, ms) for b, ms in costs.bucket_ms if b <= cap), costs.grow_ms,
                                  costs.suffix_ms)
         self.tracker = CostTracker(self.costs) if learn_costs and budget == "adaptive" else None
@@ -221,11 +222,13 @@ class HybridProposer:
         return union(eagle, suffix)
 
     def accept(self, acceptance, aux_hidden: np.ndarray) -> None:
+        proposed = self._last.layout.num_nodes if self._last is not None else 0
+        verified = getattr(acceptance, "nodes", 0) or proposed  # fewer when the engine verified the root alone (end of cache)
         if self.tracker is not None and self._proposed_at is not None and self._last is not None:
-            self.tracker.observe(self._last.layout.num_nodes, (self._clock() - self._proposed_at) * 1000)
+            self.tracker.observe(verified, (self._clock() - self._proposed_at) * 1000)  # the tree that ran
             self.costs = self.tracker.costs()
         self._proposed_at = None
-        if self.ratio is not None and self._last is not None:
+        if self.ratio is not None and self._last is not None and verified == proposed:
             self.ratio.observe(float(self._last.probs[1:].sum()), len(acceptance.path) - 1)
         if self.learner is not None and self._suffix is not None:
             tree, feats = self._suffix

@@ -21,11 +21,6 @@ levels) and more accurate than keeping K/V computed from recycled draft hidden s
 
 Context chunks are ``TreeLayout.chain`` trees padded to one of the runtime's buckets by ``ForwardInputs`` (the
 same rule as the teacher's prefill): entry rows are positions, padding rows are dropped.
-
-Optional window (off by default; an ablation, which lowered acceptance at every size tried): a draft entry at
-position p attends only to entries at positions ``> p - window`` (a sliding window, by masking; positions stay
-absolute). Tree nodes always see their own tree ancestors (the window is meant to be much larger than the tree
-depth).
 """
 
 from __future__ import annotations
@@ -46,7 +41,6 @@ from ..errors import AssetError, ConfigError, TreeInvariantError
 from ..models.eagle3 import Eagle3DraftHead
 from ..tree.inputs import ForwardInputs
 from ..tree.layout import TreeLayout
-from ..tree.mask import MASK_VALUE
 from .grow import GrownTree, TreeGrowCell, select_tree
 
 
@@ -81,13 +75,10 @@ class Eagle3Proposer:
     """
 
     def __init__(self, head: Eagle3DraftHead, embed_table, budget: TreeBudget,
-                 exec_mode: ExecMode = ExecMode.PERFORMANCE, window: int | None = None,
-                 buckets: Buckets = Buckets()):
+                 exec_mode: ExecMode = ExecMode.PERFORMANCE, buckets: Buckets = Buckets()):
         if head.batch_size != 1:
             raise ConfigError(f"Eagle3Proposer drafts for one sequence; the head was built for batch_size="
                               f"{head.batch_size}")
-        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
-            raise ConfigError(f"window={window!r}: must be None (off) or an integer >= 1")
         vocab, width = tuple(embed_table.shape)
         if (vocab, width) != (head.cfg.vocab_size, head.cfg.hidden_size):
             raise ConfigError(f"embed_table shape {(vocab, width)}: the head needs [vocab_size, hidden_size] = "
@@ -103,7 +94,6 @@ class Eagle3Proposer:
         self.embed_table = embed_table
         self.budget = budget
         self.max_nodes = budget.max_nodes  # the engine's Proposer protocol
-        self.window = window
         self.buckets = buckets if isinstance(buckets, Buckets) else Buckets(buckets)
         self.cache = BranchableKVCache(head.cache_parameters(), exec_mode)
         self.context_cell = ContextForwardCell(head, embed_table)
@@ -116,8 +106,7 @@ class Eagle3Proposer:
         self.first_call_s: dict[int, float] = {}
 
     @classmethod
-    def for_teacher(cls, head: Eagle3DraftHead, teacher, budget: TreeBudget, window: int | None = None
-                    ) -> "Eagle3Proposer":
+    def for_teacher(cls, head: Eagle3DraftHead, teacher, budget: TreeBudget) -> "Eagle3Proposer":
         """A proposer drafting for ``teacher`` (a ``Teacher``): checks compatibility (vocabulary, features, and
         that the budget's trees fit the teacher runtime's buckets), shares its embeddings."""
         head.cfg.check_teacher(teacher.cfg)
@@ -128,7 +117,7 @@ class Eagle3Proposer:
                               f"({teacher.max_len}) plus one growth ({budget.tree_rows} rows): build the head with "
                               f"max_len >= {need} (draft_cache_len)")
         table = head.embed_tokens.weight if head.own_embedding else teacher.cell.model.embed_tokens.weight
-        return cls(head, table, budget, teacher.runtime.exec_mode, window, teacher.runtime.buckets)
+        return cls(head, table, budget, teacher.runtime.exec_mode, teacher.runtime.buckets)
 
     # ---- state ---------------------------------------------------------------------------------------
     @property
@@ -145,11 +134,6 @@ class Eagle3Proposer:
         self.cache.reset()
         self._root = None
         self._root_hidden = None
-
-    @property
-    def _window(self) -> int:
-        """The window as the growth graph takes it: "off" is any value larger than every position."""
-        return self.window if self.window is not None else self.cache.max_len + self.budget.depth + 1
 
     # ---- the three calls of a round (the engine's Proposer protocol) ---------------------------------
     def begin(self, prompt: Sequence[int], aux_hidden: np.ndarray, first_token: int) -> None:
@@ -192,7 +176,7 @@ class Eagle3Proposer:
             x[0, :size] = feats[off:off + size]
             t0 = time.perf_counter()
             hidden = self._head_fn(Tensor(inputs.ids), Tensor(x), Tensor(inputs.positions),
-                                   Tensor(self._windowed(inputs.mask, L)), Tensor(inputs.rows)).asnumpy()
+                                   Tensor(inputs.mask), Tensor(inputs.rows)).asnumpy()
             self.first_call_s.setdefault(bucket, time.perf_counter() - t0)  # the first call's time: its compile's
             self.cache.commit(range(size))
             off += size
@@ -232,22 +216,11 @@ class Eagle3Proposer:
         if rows:
             self.cache.begin_round(rows)  # CacheCapacityError before anything is written
         try:
-            scores, tokens, parents = self._grow_fn(Tensor(self._root_hidden[None]), Tensor(np.int64(L)),
-                                                    Tensor(np.int64(self._window)))
+            scores, tokens, parents = self._grow_fn(Tensor(self._root_hidden[None]), Tensor(np.int64(L)))
         finally:
             if rows:
                 self.cache.rollback(L)
         return scores.asnumpy(), tokens.asnumpy(), parents.asnumpy()
-
-    # ---- helpers -----------------------------------------------------------------------------------------
-    def _windowed(self, mask: np.ndarray, committed_len: int) -> np.ndarray:
-        """The context chunk's causal mask, with the window applied when one is set: row i (position
-        r = L + i) also hides every column at position ``<= r - window``."""
-        if self.window is None:
-            return mask
-        cols = np.arange(mask.shape[-1])[None, :]
-        rows = committed_len + np.arange(mask.shape[2])[:, None]
-        return np.where(cols <= rows - self.window, MASK_VALUE, mask).astype(np.float32)
 
 
 def default_head_dir() -> str:
@@ -268,8 +241,7 @@ def load_head(path: str, max_len: int, attention: AttentionChoice = AttentionCho
     return load_public_head(path, max_len=max_len, attention=attention, matmul=matmul)
 
 
-def load_proposer(draft_dir: str | None, teacher, budget: TreeBudget, window: int | None = None
-                  ) -> Eagle3Proposer:
+def load_proposer(draft_dir: str | None, teacher, budget: TreeBudget) -> Eagle3Proposer:
     """The EAGLE-3 proposer for ``teacher``: head from ``draft_dir`` (default: ``default_head_dir()``), its
     cache sized by ``draft_cache_len``, embeddings shared with the teacher, attention core the teacher's."""
     teacher.runtime.check_tree_size(budget.max_nodes)  # before any weight is read
@@ -278,7 +250,7 @@ def load_proposer(draft_dir: str | None, teacher, budget: TreeBudget, window: in
         raise AssetError(f"no default draft head at {path}: train it with scripts/train_default_head.sh or pass "
                          "--draft HEAD_DIR")
     head = load_head(path, draft_cache_len(teacher.max_len, budget), teacher.attention, teacher.matmul)
-    return Eagle3Proposer.for_teacher(head, teacher, budget, window)
+    return Eagle3Proposer.for_teacher(head, teacher, budget)
 
 
 __all__ = ["ContextForwardCell", "Eagle3Proposer", "default_head_dir", "draft_cache_len", "load_head",

@@ -47,11 +47,12 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
                       "mindspore==2.9.0 mindformers==1.9.0, or `make test-mindformers`): " + str(exc)) from exc
 
 from ..config import RuntimeConfig
-from ..draft_config import TreeBudget
+from ..drafting import DraftingConfig
 from ..errors import ConfigError
 from ..verify import SamplingParams
 
 MODEL_TYPE = "eagle_speculative"
+_DRAFTING = DraftingConfig()  # the product's drafting defaults, one per YAML key
 
 
 @MindFormerRegister.register(MindFormerModuleType.CONFIG)
@@ -62,7 +63,8 @@ class EagleSpeculativeConfig(PretrainedConfig):
     ``draft_dir``     EAGLE-3 head directory (converted or public layout); None = the shipped default head.
     ``speculative``   False: teacher-only greedy/sampling through the same loop (the baseline).
     ``max_cache_len, buckets, prefill_chunk, exec_mode, device``   ``RuntimeConfig``.
-    ``max_nodes, depth, top_k, window``   ``TreeBudget`` and the draft window.
+    ``proposer, budget, suffix_calibration, max_nodes, depth, top_k``   ``DraftingConfig`` (with ``draft_dir`` as
+                      its head; the product's defaults).
     ``max_query_tokens, compute_dtype, compile_cache_path``   Ascend only (``deploy.AscendDeployment``).
     """
 
@@ -70,9 +72,11 @@ class EagleSpeculativeConfig(PretrainedConfig):
 
     def __init__(self, teacher_dir: str = "default", draft_dir: str | None = None, speculative: bool = True,
                  max_cache_len: int = 1024, buckets: Sequence[int] = (1, 8, 16, 32, 64), prefill_chunk: int = 64,
-                 exec_mode: str = "performance", device: str = "CPU", max_nodes: int = 32, depth: int = 6,
-                 top_k: int = 8, window: int | None = None, max_query_tokens: int = 16,
-                 compute_dtype: str = "float16", compile_cache_path: str = "", **kwargs: Any):
+                 exec_mode: str = "performance", device: str = "CPU", proposer: str = _DRAFTING.proposer.value,
+                 budget: str = _DRAFTING.budget.value, suffix_calibration: str = _DRAFTING.suffix_calibration.value,
+                 max_nodes: int = _DRAFTING.max_nodes, depth: int = _DRAFTING.depth, top_k: int = _DRAFTING.top_k,
+                 max_query_tokens: int = 16, compute_dtype: str = "float16", compile_cache_path: str = "",
+                 **kwargs: Any):
         self.teacher_dir = teacher_dir
         self.draft_dir = draft_dir
         self.speculative = bool(speculative)
@@ -81,10 +85,8 @@ class EagleSpeculativeConfig(PretrainedConfig):
         self.prefill_chunk = prefill_chunk
         self.exec_mode = exec_mode
         self.device = device
-        self.max_nodes = max_nodes
-        self.depth = depth
-        self.top_k = top_k
-        self.window = window
+        self.proposer, self.budget, self.suffix_calibration = proposer, budget, suffix_calibration
+        self.max_nodes, self.depth, self.top_k = max_nodes, depth, top_k
         self.max_query_tokens = max_query_tokens
         self.compute_dtype = compute_dtype
         self.compile_cache_path = compile_cache_path
@@ -94,8 +96,12 @@ class EagleSpeculativeConfig(PretrainedConfig):
         return RuntimeConfig(max_cache_len=self.max_cache_len, exec_mode=self.exec_mode, device=self.device,
                              buckets=tuple(self.buckets), prefill_chunk=self.prefill_chunk)
 
-    def budget(self) -> TreeBudget:
-        return TreeBudget(max_nodes=self.max_nodes, depth=self.depth, top_k=self.top_k)
+    def drafting(self) -> DraftingConfig | None:
+        """The ``DraftingConfig`` of these keys (validated: a ConfigError names the key); None: teacher only."""
+        if not self.speculative:
+            return None
+        return DraftingConfig(proposer=self.proposer, budget=self.budget, suffix_calibration=self.suffix_calibration,
+                              max_nodes=self.max_nodes, depth=self.depth, top_k=self.top_k, head=self.draft_dir)
 
 
 @MindFormerRegister.register(MindFormerModuleType.MODELS)
@@ -117,8 +123,7 @@ class EagleSpeculativeForCausalLM(PreTrainedModel):
         deployment = AscendDeployment(max_query_tokens=config.max_query_tokens, compute_dtype=config.compute_dtype,
                                       compile_cache_path=config.compile_cache_path or "")
         self.teacher_dir = teacher_dir
-        stack = build(teacher_dir, config.runtime(), config.draft_dir, config.budget() if config.speculative else None,
-                      speculative=config.speculative, window=config.window, deployment=deployment, tokenizer=False)
+        stack = build(teacher_dir, config.runtime(), config.drafting(), deployment=deployment, tokenizer=False)
         self.engine = stack.engine
         # one proposer for every request (begin() resets it); None: teacher only
         self.proposer = stack.proposer_for(None) if stack.proposer_for is not None else None

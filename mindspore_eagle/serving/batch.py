@@ -147,7 +147,7 @@ class BatchEngine:
 
     def __init__(self, teacher: Teacher, max_seqs: int, slot_len: int,
                  proposer_factory: Callable[[], object] | None = None, prefill_rows: int | None = None,
-                 costs: VerifyCosts | None = None, max_queued: int = 256):
+                 costs: VerifyCosts | None = None, max_queued: int = 256, max_nodes: int | None = None):
         rt = teacher.runtime
         largest = rt.buckets.largest
         for name, value in (("max_seqs", max_seqs), ("slot_len", slot_len), ("max_queued", max_queued)):
@@ -168,6 +168,10 @@ class BatchEngine:
                               f"{need} rows (BatchEngine.cache_rows); it has {teacher.max_len}")
         self.teacher = teacher
         self.max_seqs, self.slot_len, self.largest = max_seqs, slot_len, largest
+        # the bound on the nodes a step verifies for one request, root included (DraftingConfig.max_nodes)
+        self.max_nodes = largest if max_nodes is None else int(max_nodes)
+        if not 1 <= self.max_nodes <= largest:
+            raise ConfigError(f"BatchEngine max_nodes={max_nodes!r}: must be in [1, {largest}] (the largest bucket)")
         self.scratch = max_seqs * slot_len  # padding rows write [scratch, scratch + largest)
         self.prefill_rows = int(prefill_rows or rt.prefill_chunk)
         if not 1 <= self.prefill_rows <= largest:
@@ -220,7 +224,7 @@ class BatchEngine:
         ids = validate_request(prompt, max_new_tokens, self.teacher.cfg.vocab_size, self.slot_len)
         if not isinstance(sampling, SamplingParams):
             raise ConfigError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
-        cap = self.largest if self.proposer_factory is not None else 1
+        cap = self.max_nodes if self.proposer_factory is not None else 1
         if max_nodes is None:
             max_nodes = cap
         if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 1:

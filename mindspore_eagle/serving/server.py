@@ -166,7 +166,7 @@ def create_app(engine: BatchEngine, tokenizer, eos, config: ServerConfig):
             raise BadRequest(f"the prompt cannot be tokenized: {exc}", "messages" if req.chat else "prompt") from None
 
     def start(body, chat: bool, loop) -> tuple[GenerationRequest, Stream, TextStream]:
-        req = parse(body, chat, engine.largest)
+        req = parse(body, chat, engine.max_nodes)
         model = body.get("model")
         if model is not None and model != config.model_name:
             raise BadRequest(f"model {model!r} is not served here; this server serves {config.model_name!r} "

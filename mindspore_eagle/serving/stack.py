@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..build import check_cache_memory
 from ..config import Buckets, RuntimeConfig, TeacherConfig
+from ..drafting import BudgetMode, CalibrationMode, DraftingConfig, Proposer
 from ..errors import ConfigError
 from .batch import BatchEngine
 
@@ -20,7 +21,9 @@ SERVING_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 """Row buckets of the batched forward. Finer than the single-request default (1, 8, ...): a step's rows are one
 root per running request plus the global budget's drafts, and a padded row costs as much as a real one."""
 
-DRAFTING = ("suffix", "none")
+SERVING_DRAFTING = DraftingConfig(proposer=Proposer.SUFFIX)
+"""The server's drafting unless told otherwise: the suffix index (the batch engine has no per-slot head cache yet),
+ranked across requests by the global budget, the product's bound."""
 
 
 @dataclass(frozen=True)
@@ -29,10 +32,10 @@ class BatchStack:
     tokenizer: object
     eos: tuple[int, ...]
     model_dir: str
-    drafting: str
+    drafting: DraftingConfig | None  # None: no speculation
 
 
-def suffix_factory(buckets: Buckets, max_nodes: int):
+def suffix_factory(buckets: Buckets, drafting: DraftingConfig):
     """Per request, a suffix-index proposer with the adaptive rule's candidates (the engine ranks them globally).
     ``learn_costs`` is off: the engine measures the cost of the batched forward itself. One ``AcceptanceRatio`` is
     shared by every request's proposer: what the teacher accepts is learnt across requests, as the single-request
@@ -44,8 +47,9 @@ def suffix_factory(buckets: Buckets, max_nodes: int):
     ratio = AcceptanceRatio()
 
     def make():
-        prop = HybridProposer("suffix", "adaptive", max_nodes=max_nodes, buckets=buckets.sizes, costs=costs,
-                              learn_costs=False)
+        prop = HybridProposer("suffix", "adaptive", max_nodes=drafting.max_nodes, buckets=buckets.sizes, costs=costs,
+                              learn_costs=False,
+                              learn_acceptance=drafting.suffix_calibration is CalibrationMode.ONLINE)
         prop.ratio = ratio
         return prop
 
@@ -53,18 +57,23 @@ def suffix_factory(buckets: Buckets, max_nodes: int):
 
 
 def build_batch(model: str | None, max_seqs: int, slot_len: int, runtime: RuntimeConfig | None = None,
-                drafting: str = "suffix", max_nodes: int | None = None, max_queued: int = 256,
+                drafting: DraftingConfig | None = SERVING_DRAFTING, max_queued: int = 256,
                 tokenizer: bool = True) -> BatchStack:
     """A ``BatchStack``: ``max_seqs`` slots of ``slot_len`` rows (prompt + completion) each. ``runtime`` gives dtype,
-    matmul, weights and buckets (its ``max_cache_len`` and ``batch_size`` are replaced); ``drafting`` "suffix"
-    (model-free drafts, lossless) or "none"; ``max_nodes`` bounds the nodes a step verifies per request."""
+    matmul, weights and buckets (its ``max_cache_len`` and ``batch_size`` are replaced); ``drafting`` None: no
+    speculation; else suffix drafting under the global (adaptive) budget, every request's step at most
+    ``drafting.max_nodes`` nodes (a request may lower its own bound)."""
     from .. import deploy
     from ..assets import require_default_model
     from ..teacher import Teacher
 
-    if drafting not in DRAFTING:
-        raise ConfigError(f"--drafting {drafting!r}: the batch engine drafts with {DRAFTING} (the EAGLE-3 head needs "
-                          "a head cache per slot: not yet in the batch engine; use `generate` for head drafting)")
+    if drafting is not None and (drafting.proposer is not Proposer.SUFFIX or drafting.oracle):
+        raise ConfigError(f"--proposer {drafting.head if drafting.oracle else drafting.proposer.value}: the batch "
+                          "engine drafts with the suffix index only (the EAGLE-3 head needs a head cache per slot: "
+                          "not yet in the batch engine; use `generate` for head drafting)")
+    if drafting is not None and drafting.budget is not BudgetMode.ADAPTIVE:
+        raise ConfigError("--budget fixed: the batch engine ranks every request's candidates under one global "
+                          "budget (adaptive); bound a request's tree with --max-nodes instead")
     runtime = runtime or RuntimeConfig(buckets=Buckets(SERVING_BUCKETS))
     largest = runtime.buckets.largest
     if isinstance(max_seqs, bool) or not isinstance(max_seqs, int) or not 1 <= max_seqs <= largest:
@@ -81,21 +90,22 @@ def build_batch(model: str | None, max_seqs: int, slot_len: int, runtime: Runtim
     runtime = dataclasses.replace(runtime, max_cache_len=rows, batch_size=1,
                                   prefill_chunk=min(runtime.prefill_chunk, largest))
     check_cache_memory(runtime, cfg, f"--max-seqs {max_seqs} x --max-cache-len {slot_len}")
-    cap = largest if max_nodes is None else max_nodes
-    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
-        raise ConfigError(f"--max-nodes {max_nodes!r}: must be an integer >= 1 (1 = no speculation)")
-    runtime.check_tree_size(cap, "--max-nodes")
-    choice = deploy.prepare(runtime, None, cfg)
+    if drafting is not None:
+        drafting.check_fits(runtime)
+        if drafting.max_nodes == 1:
+            drafting = None  # the root alone: plain decoding
+    choice = deploy.prepare(runtime, drafting, cfg)
     teacher = Teacher.load(model_dir, runtime, choice)
-    factory = suffix_factory(runtime.buckets, cap) if drafting == "suffix" and cap > 1 else None
-    engine = BatchEngine(teacher, max_seqs, slot_len, factory, max_queued=max_queued)
+    factory = suffix_factory(runtime.buckets, drafting) if drafting is not None else None
+    engine = BatchEngine(teacher, max_seqs, slot_len, factory, max_queued=max_queued,
+                         max_nodes=drafting.max_nodes if drafting is not None else None)
     tok = None
     if tokenizer:
         from ..tokenizer import load_tokenizer
 
         tok = load_tokenizer(model_dir)
     eos = tuple(dict.fromkeys(tuple(cfg.eos_token_ids) + (tuple(tok.eos_token_ids) if tok else ())))
-    return BatchStack(engine, tok, eos, model_dir, drafting if factory is not None else "none")
+    return BatchStack(engine, tok, eos, model_dir, drafting)
 
 
-__all__ = ["BatchStack", "DRAFTING", "SERVING_BUCKETS", "build_batch", "suffix_factory"]
+__all__ = ["BatchStack", "SERVING_BUCKETS", "SERVING_DRAFTING", "build_batch", "suffix_factory"]

@@ -40,6 +40,7 @@ import numpy as np
 
 from ..atomic import check_output_dir
 from ..checkpoint import load_tensors, save_tensors, tensor_shapes
+from ..config import smallest_holding
 from ..errors import CheckpointError, ConfigError, DataError, IdentityError
 from ..fingerprint import directory_fingerprint
 from .data import (MANIFEST, Sequence_, StoredSequence, check_shapes, check_token_ids, conversation_id,
@@ -72,7 +73,7 @@ def make_batches(seqs: list[StoredSequence] | list[Sequence_], buckets: tuple[in
     by_bucket: dict[int, list[Sequence_]] = {b: [] for b in buckets}
     for s in seqs:
         n = len(s.tokens) - 1
-        by_bucket[next((b for b in buckets if b >= n), buckets[-1])].append(s)
+        by_bucket[smallest_holding(buckets, n, buckets[-1])].append(s)
     out = []
     for t, group in by_bucket.items():
         if shuffle:
