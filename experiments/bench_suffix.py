@@ -26,7 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from mindspore_eagle.draft.budget import VerifyCosts, plan_budget  # noqa: E402
 from mindspore_eagle.draft.merge import select, union  # noqa: E402
-from mindspore_eagle.draft.suffix import SuffixConfig, SuffixIndex, default_calibration, suffix_candidates  # noqa: E402
+from mindspore_eagle.draft.calibration import default_calibration  # noqa: E402
+from mindspore_eagle.draft.suffix import SuffixConfig, SuffixIndex, suffix_candidates  # noqa: E402
 
 
 def real_tokens(n: int) -> list[int]:

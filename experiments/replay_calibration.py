@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from mindspore_eagle.draft.budget import VerifyCosts  # noqa: E402
 from mindspore_eagle.draft.hybrid import HybridProposer  # noqa: E402
 from mindspore_eagle.draft.replay import replay  # noqa: E402
-from mindspore_eagle.draft.suffix import SuffixCalibration, default_calibration  # noqa: E402
+from mindspore_eagle.draft.calibration import SuffixCalibration, default_calibration  # noqa: E402
 from scripts.replay_suffix import load_turns  # noqa: E402
 
 

@@ -19,8 +19,6 @@ import json
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from mindspore_eagle.config import TeacherConfig  # noqa: E402

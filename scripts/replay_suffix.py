@@ -9,7 +9,7 @@ What it prints (a table per group, then one JSON line; ``--out`` also writes rep
   1. the issue's table, at the recorded steps: tau of the head as recorded; tau of a plain lookup (the
      continuation, up to 8 tokens, after the last earlier occurrence of the longest suffix of 4..1 tokens);
      tau of the better of the two per step;
-  2. ``--fit``: the suffix calibration (``draft.suffix.SuffixCalibration``) fitted on the *fit* half of the
+  2. ``--fit``: the suffix calibration (``draft.calibration.SuffixCalibration``) fitted on the *fit* half of the
      conversations (even positions in id order; both turns of a conversation in one half), its reliability on
      the other half, written to OUT/calibration.json (and, with ``--install``, as the package default);
   3. on the *eval* half (and the fit half, to see over-fitting): our proposer and merge rule per recorded
@@ -42,8 +42,9 @@ from mindspore_eagle.draft.hybrid import HybridProposer  # noqa: E402
 from mindspore_eagle.draft.merge import CandidateTree, select, union  # noqa: E402
 from mindspore_eagle.draft.online_calibration import labelled_nodes  # noqa: E402
 from mindspore_eagle.draft.replay import accepted_path, replay  # noqa: E402
-from mindspore_eagle.draft.suffix import (CALIBRATION_FILE, NodeFeatures, SuffixConfig, SuffixIndex,  # noqa: E402
-                                          continuation_trie, fit_calibration, node_features, score_trie,
+from mindspore_eagle.draft.calibration import (CALIBRATION_FILE, NodeFeatures, fit_calibration,  # noqa: E402
+                                               node_features)
+from mindspore_eagle.draft.suffix import (SuffixConfig, SuffixIndex, continuation_trie, score_trie,  # noqa: E402
                                           suffix_candidates)
 from mindspore_eagle.errors import ConfigError  # noqa: E402
 
@@ -443,7 +444,7 @@ def main(argv=None) -> int:
             _write_text(CALIBRATION_FILE, calibration.to_json())
             print(f"installed {CALIBRATION_FILE}")
     else:
-        from mindspore_eagle.draft.suffix import default_calibration
+        from mindspore_eagle.draft.calibration import default_calibration
 
         calibration = default_calibration()
     _, _, rel_rows = fit_rows(held, cfg, calibration)

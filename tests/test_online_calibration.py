@@ -9,7 +9,7 @@ from mindspore_eagle.draft.budget import VerifyCosts
 from mindspore_eagle.draft.hybrid import HybridProposer
 from mindspore_eagle.draft.online_calibration import OnlineCalibration, labelled_nodes
 from mindspore_eagle.draft.replay import replay
-from mindspore_eagle.draft.suffix import ROLES, NodeFeatures, SuffixCalibration, default_calibration
+from mindspore_eagle.draft.calibration import ROLES, NodeFeatures, SuffixCalibration, default_calibration
 from mindspore_eagle.errors import ConfigError
 
 

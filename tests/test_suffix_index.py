@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mindspore_eagle.draft.suffix import (ROLE_LEADER, ROLE_ONLY, ROLE_OTHER, ROLE_TIED, ROLES, Match,
-                                          NodeFeatures, SuffixCalibration, SuffixConfig, SuffixIndex,
-                                          continuation_trie, default_calibration, fit_calibration, node_features,
-                                          score_trie, suffix_candidates)
+from mindspore_eagle.draft.calibration import (ROLE_LEADER, ROLE_ONLY, ROLE_OTHER, ROLE_TIED, ROLES, NodeFeatures,
+                                               SuffixCalibration, default_calibration, fit_calibration,
+                                               node_features)
+from mindspore_eagle.draft.suffix import (Match, SuffixConfig, SuffixIndex, continuation_trie, score_trie,
+                                          suffix_candidates)
 from mindspore_eagle.errors import ConfigError
 
 

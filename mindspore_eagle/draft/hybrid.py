@@ -55,7 +55,8 @@ from .grow import select_tree
 from .merge import (SOURCE_BOTH, SOURCE_EAGLE, SOURCE_ROOT, SOURCE_SUFFIX, CandidateTree, MergedTree,
                     SourcedCandidates, select, union)
 from .online_calibration import OnlineCalibration, labelled_nodes
-from .suffix import NodeFeatures, SuffixCalibration, SuffixConfig, SuffixIndex, default_calibration, suffix_proposal
+from .calibration import NodeFeatures, SuffixCalibration, default_calibration
+from .suffix import SuffixConfig, SuffixIndex, suffix_proposal
 
 MODES = tuple(m.value for m in Proposer)  # the names are DraftingConfig's (drafting.py)
 BUDGETS = tuple(m.value for m in BudgetMode)

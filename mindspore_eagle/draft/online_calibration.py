@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from .suffix import NodeFeatures, SuffixCalibration
+from .calibration import NodeFeatures, SuffixCalibration
 
 
 class OnlineCalibration:
