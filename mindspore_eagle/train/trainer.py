@@ -46,6 +46,7 @@ from ..fingerprint import directory_fingerprint
 from .data import (MANIFEST, Sequence_, StoredSequence, check_shapes, check_token_ids, conversation_id,
                    first_out_of_vocab, index_sequences, manifest_good_bytes)
 from .identity import check_claimable, claim, mismatch, read_identity
+from .sharegpt import source_of
 from .ttt import TTTLoss, pack_batch, simulated_tau
 from .vocab import DraftVocab, build_draft_vocab, count_tokens, coverage
 
@@ -340,6 +341,19 @@ class Trainer:
 
     def evaluate(self, batches) -> dict:
         """Held-out ``acc_k`` (per TTT step), mean loss and simulated tau."""
+        return _summary(self._sums(batches))
+
+    def evaluate_groups(self, groups: dict[str, list]) -> dict:
+        """``evaluate`` over the batches of every group together, plus ``by_source`` (the same figures per group)
+        when there are several: each batch is evaluated once."""
+        sums = {name: self._sums(batches) for name, batches in groups.items()}
+        out = _summary(tuple(sum(s[i] for s in sums.values()) for i in range(4)))
+        if len(sums) > 1:
+            out["by_source"] = {name: _summary(s) for name, s in sums.items()}
+        return out
+
+    def _sums(self, batches) -> tuple[np.ndarray, np.ndarray, float, int]:
+        """(correct per TTT step, positions per step, summed batch loss, batches)."""
         from mindspore import Tensor
 
         self.loss_cell.set_train(False)
@@ -354,9 +368,7 @@ class Trainer:
             correct += c.asnumpy()
             counts += m.asnumpy()
         self.loss_cell.set_train(True)
-        acc = correct / np.maximum(counts, 1)
-        return {"loss": loss_sum / max(n, 1), "acc": [round(float(a), 4) for a in acc],
-                "tau": round(simulated_tau(acc), 4), "positions": int(counts[0])}
+        return correct, counts, loss_sum, n
 
     # ---- checkpoints ------------------------------------------------------------------------------------
     def save(self, run_dir: str, name: str, with_optimizer: bool = True) -> None:
@@ -379,6 +391,13 @@ class Trainer:
             if arr.size != int(np.prod(p.shape)):
                 raise CheckpointError(f"{path}: {name} has shape {arr.shape}, expected {tuple(p.shape)}")
             p.set_data(Tensor(arr.reshape(p.shape)).astype(p.dtype))  # 0-d scalars come back as [1]
+
+
+def _summary(sums) -> dict:
+    correct, counts, loss_sum, n = sums
+    acc = correct / np.maximum(counts, 1)
+    return {"loss": loss_sum / max(n, 1), "acc": [round(float(a), 4) for a in acc],
+            "tau": round(simulated_tau(acc), 4), "positions": int(counts[0])}
 
 
 def _progress(step: int, total: int, t0: float, loss: float, acc: np.ndarray, extra: str = "") -> None:
@@ -561,7 +580,13 @@ def train_draft_main(argv: list[str] | None = None) -> int:
     check_token_ids(seqs, tcfg.vocab_size)  # before any count: numpy would index with them (or drop them)
     check_shapes(seqs, tcfg.hidden_size)  # before any graph: MindSpore's Reshape would be the first to notice
     train = [s for s in seqs if not heldout(s.pid, a.heldout)]
-    held = fixed_sample([s for s in seqs if heldout(s.pid, a.heldout)], a.heldout_max)
+    # the held-out split per prompt source (ShareGPT, synthetic), each sampled alike: a tau per source
+    held_groups: dict[str, list] = {}
+    for s in seqs:
+        if heldout(s.pid, a.heldout):
+            held_groups.setdefault(source_of(s.pid), []).append(s)
+    held_groups = {src: fixed_sample(g, a.heldout_max) for src, g in sorted(held_groups.items())}
+    held = [s for g in held_groups.values() for s in g]
     if a.max_answer_tokens is not None:
         train = _first_answer_tokens(train, a.max_answer_tokens)
     if not train or not held:
@@ -656,14 +681,15 @@ def train_draft_main(argv: list[str] | None = None) -> int:
         do_export()
         return 0
     # held-out batches all at the largest bucket: one evaluation graph (each compiled graph keeps its buffers)
-    held_batches = make_batches(held, buckets[-1:], a.tokens_per_batch, rng, shuffle=False)
+    held_batches = {src: make_batches(g, buckets[-1:], a.tokens_per_batch, rng, shuffle=False)
+                    for src, g in held_groups.items()}
     # the same selection rule on the training split: a fixed sample, the same graph
     train_batches = (make_batches(fixed_sample(train, a.train_eval_max), buckets[-1:], a.tokens_per_batch, rng,
                                   shuffle=False) if a.train_eval_max else None)
 
     def checkpoint(evaluate: bool) -> None:
         if evaluate:
-            ev = trainer.evaluate(held_batches)
+            ev = trainer.evaluate_groups(held_batches)
             ev["step"] = trainer.step
             ev["seconds"] = round(time.time() - t0, 1)
             if train_batches is not None:
@@ -672,7 +698,8 @@ def train_draft_main(argv: list[str] | None = None) -> int:
             ev["peak_rss_gb"] = peak_rss_gb()
             state["history"].append(ev)
             gap = f" (train sample tau {ev['train']['tau']})" if "train" in ev else ""
-            print(f"\nheld-out step {trainer.step}: loss {ev['loss']:.4f} acc_k {ev['acc']} tau {ev['tau']}{gap}",
+            per = "".join(f", {src} {g['tau']}" for src, g in ev.get("by_source", {}).items())
+            print(f"\nheld-out step {trainer.step}: loss {ev['loss']:.4f} acc_k {ev['acc']} tau {ev['tau']}{per}{gap}",
                   file=sys.stderr, flush=True)
             if ev["tau"] > state["best_tau"]:
                 state["best_tau"], state["best"] = ev["tau"], ev
