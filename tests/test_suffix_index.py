@@ -187,7 +187,7 @@ def test_candidates_keep_the_most_probable_nodes_ancestor_closed():
     cal = table_calibration({ROLE_ONLY: 0.9, ROLE_LEADER: 0.6, ROLE_TIED: 0.5, ROLE_OTHER: 0.3})
     full = suffix_candidates(index, SuffixConfig(max_match=3, max_depth=2), cal)
     assert full.tokens.tolist() == [2, 3, 4, 7, 8]
-    cut = suffix_candidates(index, SuffixConfig(max_match=3, max_depth=2, max_nodes=3), cal)
+    cut = suffix_candidates(index, SuffixConfig(max_match=3, max_depth=2, max_candidates=3), cal)
     assert cut.tokens.tolist() == [2, 3, 4] and cut.parents.tolist() == [0, 0, 1]
     np.testing.assert_allclose(cut.probs, [1, 0.6, 0.54])
     none = SuffixIndex(3)

@@ -253,17 +253,17 @@ def continuation_trie(seq: Sequence[int], matches: Sequence[Match], max_depth: i
 class SuffixConfig:
     """How the suffix index drafts. ``max_match`` is the trie depth (longest suffix looked up);
     ``max_occurrences`` earlier occurrences are followed; each proposes up to ``max_depth`` tokens;
-    occurrences of suffixes shorter than ``min_match`` are ignored; the ``max_nodes`` most probable nodes of
+    occurrences of suffixes shorter than ``min_match`` are ignored; the ``max_candidates`` most probable nodes of
     the continuation trie are kept (root included)."""
 
     max_match: int = 16
     max_occurrences: int = 8
     max_depth: int = 32
     min_match: int = 1
-    max_nodes: int = 64
+    max_candidates: int = 64  # candidates offered to the selection, not the step's bound (DraftingConfig.max_nodes)
 
     def __post_init__(self) -> None:
-        for name in ("max_match", "max_occurrences", "max_depth", "min_match", "max_nodes"):
+        for name in ("max_match", "max_occurrences", "max_depth", "min_match", "max_candidates"):
             _check_positive("SuffixConfig", name, getattr(self, name))
         if self.min_match > self.max_match:
             raise ConfigError(f"SuffixConfig.min_match={self.min_match} exceeds max_match={self.max_match}")
@@ -310,8 +310,8 @@ def suffix_proposal(index: SuffixIndex, cfg: SuffixConfig, calibration):
     if trie.num_nodes == 1:
         return CandidateTree.single(int(trie.tokens[0])), f
     p = _score(trie, f, calibration)
-    if trie.num_nodes > cfg.max_nodes:  # top by p, ties to the lower index: ancestor-closed (p is monotone)
-        keep = np.sort(np.lexsort((np.arange(trie.num_nodes), -p))[: cfg.max_nodes])
+    if trie.num_nodes > cfg.max_candidates:  # top by p, ties to the lower index: ancestor-closed (p is monotone)
+        keep = np.sort(np.lexsort((np.arange(trie.num_nodes), -p))[: cfg.max_candidates])
         new_index = np.zeros(trie.num_nodes, np.int64)
         new_index[keep] = np.arange(keep.size)
         return (CandidateTree(trie.tokens[keep], new_index[trie.parents[keep]], p[keep]),
