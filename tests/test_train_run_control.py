@@ -3,6 +3,8 @@ sample, and the smaller same-mix subsets of the data-scaling runs (whole convers
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -46,3 +48,31 @@ def test_a_scaling_subset_is_a_prefix_of_whole_conversations_with_enough_answer_
     assert len(_first_answer_tokens(seqs, 10 ** 6)) == 6
     with pytest.raises(ConfigError, match="max-answer-tokens"):
         _first_answer_tokens(seqs, 0)
+
+
+def test_a_config_file_sets_the_run_and_flags_given_override_it(tmp_path):
+    """Values: TrainConfig's defaults (the recipe's), then --config FILE, then the flags typed; every shipped
+    recipe file parses."""
+    import glob
+    import json
+
+    from mindspore_eagle.train.trainer import check_train_flags
+
+    cfg = tmp_path / "run.json"
+    cfg.write_text(json.dumps({"_comment": "x", "lr": 2e-4, "patience": 0, "prompt_loss": False}))
+    a = check_train_flags(["--config", str(cfg), "--out", "h", "--patience", "2"])
+    assert (a.lr, a.patience, a.prompt_loss, a.ttt_steps, a.eval_every) == (2e-4, 2, False, 3, 50)
+    assert check_train_flags(["--config", str(cfg), "--out", "h", "--prompt-loss"]).prompt_loss is True
+    cfg.write_text(json.dumps({"ttt_step": 3}))
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['ttt_step'\]"):
+        check_train_flags(["--config", str(cfg), "--out", "h"])
+    cfg.write_text(json.dumps({"lr": -1}))
+    with pytest.raises(ConfigError, match="--lr -1: must be a finite number > 0"):
+        check_train_flags(["--config", str(cfg), "--out", "h"])
+    with pytest.raises(ConfigError, match="--out: the output head directory is required"):
+        check_train_flags([])
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = glob.glob(os.path.join(root, "configs", "train", "*.json"))
+    assert files
+    for path in files:
+        assert check_train_flags(["--config", path, "--out", "h"]).init_head

@@ -28,7 +28,6 @@ Entry point: ``train_draft_main(argv)`` (the ``mindspore-eagle train-draft`` com
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -47,6 +46,7 @@ from .data import (MANIFEST, Sequence_, StoredSequence, check_shapes, check_toke
                    first_out_of_vocab, index_sequences, manifest_good_bytes)
 from .identity import check_claimable, claim, mismatch, read_identity
 from .sharegpt import source_of
+from .train_config import TrainConfig, build_parser
 from .ttt import TTTLoss, pack_batch, simulated_tau
 from .vocab import DraftVocab, build_draft_vocab, count_tokens, coverage
 
@@ -408,109 +408,10 @@ def _progress(step: int, total: int, t0: float, loss: float, acc: np.ndarray, ex
           end="", file=sys.stderr, flush=True)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="mindspore-eagle train-draft",
-                                 description="Train an EAGLE-3 draft head for a teacher (MindSpore, TTT objective)")
-    ap.add_argument("--teacher", default=None, help="converted teacher directory (default: the default teacher)")
-    ap.add_argument("--out", required=True, help="output head directory (public EAGLE-3 format)")
-    ap.add_argument("--data", default=None, help="training data directory (train.data); generated if missing")
-    ap.add_argument("--run-dir", default=None, help="checkpoints/logs (default: OUT/../.train-run-NAME)")
-    ap.add_argument("--num-prompts", type=int, default=600, help="prompts to generate when --data has none")
-    ap.add_argument("--draft-vocab", type=int, default=6144)
-    ap.add_argument("--ttt-steps", type=int, default=7)
-    ap.add_argument("--epochs", type=float, default=20.0)
-    ap.add_argument("--max-steps", type=int, default=None, help="cap on optimizer steps (sets the LR schedule)")
-    ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--clip", type=float, default=0.5)
-    ap.add_argument("--tokens-per-batch", type=int, default=1024)
-    ap.add_argument("--buckets", default="128,192,256")
-    ap.add_argument("--heldout", type=float, default=0.08, help="fraction of conversations held out")
-    ap.add_argument("--heldout-max", type=int, default=256,
-                    help="held-out sequences evaluated (a fixed sample of the split; 0: all)")
-    ap.add_argument("--train-eval-max", type=int, default=0,
-                    help="also evaluate a fixed sample of this many training sequences at every evaluation "
-                         "(history 'train': the train/held-out gap tells memorisation from a capacity or "
-                         "compute limit; 0: off)")
-    ap.add_argument("--patience", type=int, default=0,
-                    help="stop after this many evaluations without a held-out tau gain (0: never)")
-    ap.add_argument("--min-delta", type=float, default=0.003, help="held-out tau gain that counts for --patience")
-    ap.add_argument("--max-answer-tokens", type=int, default=None,
-                    help="train on the first sequences of the data holding this many answer tokens (scaling runs)")
-    ap.add_argument("--eval-every", type=int, default=100)
-    ap.add_argument("--ckpt-every", type=int, default=50)
-    ap.add_argument("--time-limit-min", type=float, default=None,
-                    help="training-time budget of the run, resumes included (the LR decays over it)")
-    ap.add_argument("--prompt-loss", action="store_true", help="also train on prompt positions")
-    ap.add_argument("--dtype", default="float16", choices=("float16", "float32"), help="exported weight dtype")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--init-head", default=None,
-                    help="start from this head (public EAGLE-3 directory); lm_head rows move to the new draft "
-                         "vocabulary by target id, rows of ids it lacks start from the teacher's embedding plus the "
-                         "head's mean learned shift")
-    ap.add_argument("--head-intermediate", type=int, default=None,
-                    help="the head's MLP width (default: --init-head's, else the teacher's); wider than "
-                         "--init-head's widens it without changing its drafts (new units start with a zero "
-                         "down-projection)")
-    ap.add_argument("--vocab-from-head", action="store_true",
-                    help="keep --init-head's draft vocabulary instead of building one from the data")
-    ap.add_argument("--export-only", action="store_true", help="export the best head of --run-dir and stop")
-    ap.add_argument("--overwrite", action="store_true",
-                    help="replace a non-empty --out that is not a head, and start afresh a --run-dir that belongs to "
-                         "another run (only the trainer's own files there are removed)")
-    return ap
-
-
-def parse_buckets(text: str) -> tuple[int, ...]:
-    """``--buckets`` as increasing positive integers (``"128,192,256"``); ConfigError naming the value otherwise:
-    a sequence goes to the first bucket that holds it and evaluation uses the last, so the order is the meaning."""
-    try:
-        buckets = tuple(int(b) for b in text.split(","))
-    except ValueError:
-        raise ConfigError(f"--buckets {text!r}: expected comma-separated integers such as 128,192,256") from None
-    if any(b < 1 for b in buckets) or any(x >= y for x, y in zip(buckets, buckets[1:])):
-        raise ConfigError(f"--buckets {text!r}: must be positive and strictly increasing (entries per sequence, "
-                          "such as 128,192,256)")
-    return buckets
-
-
-def _finite(value: float) -> bool:
-    return value is not None and math.isfinite(value)
-
-
-def check_train_flags(a: argparse.Namespace) -> tuple[int, ...]:
-    """Refuse, before anything is read, loaded or written, a flag value that would crash the run later (a zero
-    evaluation interval, no TTT step, a non-positive clip norm) or silently train garbage (a NaN or negative
-    learning rate exports a NaN head; a negative epoch count or a NaN time limit is quietly clamped or ignored).
-    ConfigError names the flag, the value and what is allowed. Returns the parsed ``--buckets``."""
-    ints = (("--num-prompts", a.num_prompts, 1, ""), ("--draft-vocab", a.draft_vocab, 1, ""),
-            ("--ttt-steps", a.ttt_steps, 1, " (draft steps trained per position)"), ("--warmup", a.warmup, 0, ""),
-            ("--tokens-per-batch", a.tokens_per_batch, 1, ""), ("--heldout-max", a.heldout_max, 0, " (0: all)"),
-            ("--train-eval-max", a.train_eval_max, 0, " (0: off)"), ("--patience", a.patience, 0, " (0: never)"),
-            ("--eval-every", a.eval_every, 1, " (optimizer steps between evaluations)"),
-            ("--ckpt-every", a.ckpt_every, 1, " (optimizer steps between checkpoints)"), ("--seed", a.seed, 0, ""),
-            ("--max-steps", a.max_steps, 0, " (0: evaluate and export only)"),
-            ("--max-answer-tokens", a.max_answer_tokens, 1, ""), ("--head-intermediate", a.head_intermediate, 1, ""))
-    for flag, value, low, note in ints:
-        if value is not None and value < low:
-            raise ConfigError(f"{flag} {value}: must be >= {low}{note}")
-    if not (_finite(a.lr) and a.lr > 0):
-        raise ConfigError(f"--lr {a.lr}: must be a finite number > 0 (the peak learning rate, such as 2e-3)")
-    if not (_finite(a.epochs) and a.epochs > 0):
-        raise ConfigError(f"--epochs {a.epochs}: must be a finite number > 0 (fractions allowed; --max-steps 0 "
-                          "evaluates and exports without training)")
-    if not (_finite(a.clip) and a.clip > 0):
-        raise ConfigError(f"--clip {a.clip}: must be a finite number > 0 (the cap on the gradients' global norm; "
-                          "there is no 'off' value: a large one such as 1e9 never clips)")
-    if not (_finite(a.heldout) and 0 < a.heldout < 1):
-        raise ConfigError(f"--heldout {a.heldout}: must be a fraction strictly between 0 and 1 (the share of "
-                          "conversations held out for evaluation)")
-    if not (_finite(a.min_delta) and a.min_delta >= 0):
-        raise ConfigError(f"--min-delta {a.min_delta}: must be a finite number >= 0")
-    if a.time_limit_min is not None and not (_finite(a.time_limit_min) and a.time_limit_min > 0):
-        raise ConfigError(f"--time-limit-min {a.time_limit_min}: must be a finite number of minutes > 0 (leave it "
-                          "out for no time limit)")
-    return parse_buckets(a.buckets)
+def check_train_flags(argv: list[str] | None) -> TrainConfig:
+    """The run's ``TrainConfig`` from the command line (and ``--config``), every value range-checked before anything
+    is read, loaded or written (``TrainConfig.check``)."""
+    return TrainConfig.from_args(build_parser().parse_args(argv))
 
 
 def head_params(tcfg, intermediate: int, draft_vocab: int) -> int:
@@ -520,14 +421,14 @@ def head_params(tcfg, intermediate: int, draft_vocab: int) -> int:
     return 3 * h * h + 2 * h * (q + 2 * kv) + q * h + 3 * h * intermediate + 4 * h + h * draft_vocab
 
 
-def check_train_fits(a: argparse.Namespace, tcfg, buckets: tuple[int, ...]) -> None:
+def check_train_fits(a: TrainConfig, tcfg, buckets: tuple[int, ...]) -> None:
     """Refuse, before data generation and before the teacher loads, what this teacher cannot train: positions
     past its rotary table, and a head, optimizer and one batch that need more memory than this machine has (a
     lower bound: ``--head-intermediate 100000000`` died in a numpy allocation after the data was read)."""
     last = buckets[-1] + a.ttt_steps - 2  # entry i sits at position i + k at TTT step k (train.ttt)
     if last >= tcfg.max_position_embeddings:
-        raise ConfigError(f"--ttt-steps {a.ttt_steps} with --buckets {a.buckets}: training reaches position {last}, "
-                          f"past the teacher's positions 0..{tcfg.max_position_embeddings - 1} "
+        raise ConfigError(f"--ttt-steps {a.ttt_steps} with --buckets {_csv(a.buckets)}: training reaches position "
+                          f"{last}, past the teacher's positions 0..{tcfg.max_position_embeddings - 1} "
                           "(max_position_embeddings); use a smaller largest bucket or fewer TTT steps")
     intermediate = a.head_intermediate or tcfg.intermediate_size
     vocab = min(a.draft_vocab, tcfg.vocab_size)
@@ -540,15 +441,63 @@ def check_train_fits(a: argparse.Namespace, tcfg, buckets: tuple[int, ...]) -> N
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if state + batch > total:
         raise ConfigError(f"--head-intermediate {intermediate} / --draft-vocab {a.draft_vocab} / --ttt-steps "
-                          f"{a.ttt_steps} / --buckets {a.buckets}: training needs at least "
+                          f"{a.ttt_steps} / --buckets {_csv(a.buckets)}: training needs at least "
                           f"{(state + batch) / 2 ** 30:.1f} GiB (head and optimizer state {state / 2 ** 30:.1f} GiB, "
                           f"one sequence's batch {batch / 2 ** 30:.1f} GiB), more than this machine's "
                           f"{total / 2 ** 30:.1f} GiB; use smaller values")
 
 
+def _csv(values) -> str:
+    return ",".join(map(str, values))
+
+
+def split_data(a: TrainConfig, data_dir: str, tcfg) -> tuple[list, dict[str, list]]:
+    """Stage 1: the data's sequences (features left on disk: a batch reads its rows, ``data.ShardFile``), checked
+    against the teacher, split by conversation hash into training and held-out, the held-out split per prompt
+    source (ShareGPT, synthetic), each sampled alike (a tau per source)."""
+    seqs = index_sequences(data_dir)
+    check_token_ids(seqs, tcfg.vocab_size)  # before any count: numpy would index with them (or drop them)
+    check_shapes(seqs, tcfg.hidden_size)  # before any graph: MindSpore's Reshape would be the first to notice
+    train = [s for s in seqs if not heldout(s.pid, a.heldout)]
+    groups: dict[str, list] = {}
+    for s in seqs:
+        if heldout(s.pid, a.heldout):
+            groups.setdefault(source_of(s.pid), []).append(s)
+    groups = {src: fixed_sample(g, a.heldout_max) for src, g in sorted(groups.items())}
+    if a.max_answer_tokens is not None:
+        train = _first_answer_tokens(train, a.max_answer_tokens)
+    held = sum(len(g) for g in groups.values())
+    if not train or not held:
+        raise ConfigError(f"{data_dir}: {len(train)} training / {held} held-out sequences; need both "
+                          f"(more data or another --heldout)")
+    return train, groups
+
+
+def draft_vocabulary(a: TrainConfig, init, train: list, tcfg, run_dir: str) -> DraftVocab:
+    """Stage 2: the head's draft vocabulary -- ``--init-head``'s (``--vocab-from-head``), the run's own (a resume), or
+    the ``--draft-vocab`` ids the training split shows most (answers and the teacher's top-k candidates) -- saved
+    in the run directory."""
+    vocab_path = os.path.join(run_dir, VOCAB_FILE)
+    if a.vocab_from_head:
+        vocab = init[1]
+    elif os.path.isfile(vocab_path):
+        return DraftVocab.from_d2t(np.load(vocab_path)["d2t"], tcfg.vocab_size)
+    else:
+        counts = count_tokens([s.tokens[s.prompt_len:] for s in train], tcfg.vocab_size)
+        cand = _count_candidates(train, tcfg.vocab_size)  # the teacher's top-k candidates
+        seen = int(((counts > 0) | (cand > 0)).sum())  # ids the data ever shows: answers or top-k candidates
+        size = min(a.draft_vocab, seen)
+        if size < a.draft_vocab:
+            print(f"draft vocab {a.draft_vocab} > the {seen} distinct ids the data shows: using {size}",
+                  file=sys.stderr)
+        vocab = build_draft_vocab(counts, size, tcfg.eos_token_ids, cand)
+    np.savez(vocab_path, d2t=vocab.d2t)
+    return vocab
+
+
 def train_draft_main(argv: list[str] | None = None) -> int:
-    a = build_parser().parse_args(argv)
-    buckets = check_train_flags(a)  # before anything is read, loaded or written
+    a = check_train_flags(argv)  # before anything is read, loaded or written
+    buckets = a.buckets
     os.environ.setdefault("GLOG_v", "3")
     from ..assets import default_model_dir
     from ..config import RuntimeConfig, TeacherConfig
@@ -576,26 +525,10 @@ def train_draft_main(argv: list[str] | None = None) -> int:
         generate_dataset(teacher_dir, data_dir, a.num_prompts)
     _check_data_teacher(data_dir, teacher_fp)
     plateau = Plateau(a.patience, a.min_delta)
-    seqs = index_sequences(data_dir)  # features stay on disk: a batch reads its rows (data.ShardFile)
-    check_token_ids(seqs, tcfg.vocab_size)  # before any count: numpy would index with them (or drop them)
-    check_shapes(seqs, tcfg.hidden_size)  # before any graph: MindSpore's Reshape would be the first to notice
-    train = [s for s in seqs if not heldout(s.pid, a.heldout)]
-    # the held-out split per prompt source (ShareGPT, synthetic), each sampled alike: a tau per source
-    held_groups: dict[str, list] = {}
-    for s in seqs:
-        if heldout(s.pid, a.heldout):
-            held_groups.setdefault(source_of(s.pid), []).append(s)
-    held_groups = {src: fixed_sample(g, a.heldout_max) for src, g in sorted(held_groups.items())}
+    train, held_groups = split_data(a, data_dir, tcfg)
     held = [s for g in held_groups.values() for s in g]
-    if a.max_answer_tokens is not None:
-        train = _first_answer_tokens(train, a.max_answer_tokens)
-    if not train or not held:
-        raise ConfigError(f"{data_dir}: {len(train)} training / {len(held)} held-out sequences; need both "
-                          f"(more data or another --heldout)")
 
     init = _read_init_head(a.init_head, tcfg) if a.init_head else None
-    if a.vocab_from_head and init is None:
-        raise ConfigError("--vocab-from-head needs --init-head")
     init_width = _init_intermediate(init) if init is not None else None
     intermediate = a.head_intermediate or init_width or tcfg.intermediate_size
     if init_width is not None and intermediate < init_width:
@@ -617,22 +550,7 @@ def train_draft_main(argv: list[str] | None = None) -> int:
                                 "teacher and --head-intermediate it was trained with")
     else:
         claim(run_dir, identity, "run directory", RUN_REMEDY, restart=a.overwrite, owned=RUN_FILES)
-    vocab_path = os.path.join(run_dir, VOCAB_FILE)
-    if a.vocab_from_head:
-        vocab = init[1]
-        np.savez(vocab_path, d2t=vocab.d2t)
-    elif os.path.isfile(vocab_path):
-        vocab = DraftVocab.from_d2t(np.load(vocab_path)["d2t"], tcfg.vocab_size)
-    else:
-        counts = count_tokens([s.tokens[s.prompt_len:] for s in train], tcfg.vocab_size)
-        cand = _count_candidates(train, tcfg.vocab_size)  # the teacher's top-k candidates
-        seen = int(((counts > 0) | (cand > 0)).sum())  # ids the data ever shows: answers or top-k candidates
-        size = min(a.draft_vocab, seen)
-        if size < a.draft_vocab:
-            print(f"draft vocab {a.draft_vocab} > the {seen} distinct ids the data shows: using {size}",
-                  file=sys.stderr)
-        vocab = build_draft_vocab(counts, size, tcfg.eos_token_ids, cand)
-        np.savez(vocab_path, d2t=vocab.d2t)
+    vocab = draft_vocabulary(a, init, train, tcfg, run_dir)
     held_counts = count_tokens([s.tokens[s.prompt_len:] for s in held], tcfg.vocab_size)
     n_tok = sum(len(s.tokens) - s.prompt_len for s in train)
     n_pos = sum(len(s.tokens) for s in train)  # every position a training sequence offers (answers and prompts)

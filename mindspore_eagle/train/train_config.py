@@ -1,0 +1,219 @@
+"""``TrainConfig``: one frozen object for a ``train-draft`` run, validated where it enters, the recipe's values as
+its defaults.
+
+Where the values come from, later ones winning: the field defaults (the shipped head's recipe: 3 TTT steps, held-out
+every 50 steps on 128 sequences, patience 4, prompt positions trained, ...), then a JSON file (``--config FILE``:
+field names as keys, an unknown key refused by name; ``configs/train/`` holds the recipe's), then the command-line
+flags the user typed. Every field has one flag (``--ttt-steps`` for ``ttt_steps``; booleans ``--prompt-loss`` /
+``--no-prompt-loss``), generated from the fields, so a new field cannot be forgotten by the parser.
+
+Validation is the one ``check``: a value that would crash the run later (a zero evaluation interval, no TTT step, a
+non-positive clip norm) or silently train garbage (a NaN or negative learning rate exports a NaN head) is a
+``ConfigError`` naming the flag, the value and what is allowed -- before anything is read, loaded or written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """A training run (module docstring). Paths: ``out`` the exported head; ``data`` the data directory (default:
+    the teacher's own, generated when missing); ``run_dir`` checkpoints and state (default ``OUT/../.train-run-NAME``)."""
+
+    out: str = ""
+    teacher: str | None = None
+    data: str | None = None
+    run_dir: str | None = None
+    num_prompts: int = 600
+    draft_vocab: int = 6144
+    ttt_steps: int = 3
+    epochs: float = 20.0
+    max_steps: int | None = None
+    lr: float = 2e-3
+    warmup: int = 20
+    clip: float = 0.5
+    tokens_per_batch: int = 1024
+    buckets: tuple[int, ...] = (128, 192, 256)
+    heldout: float = 0.08
+    heldout_max: int = 128
+    train_eval_max: int = 0
+    patience: int = 4
+    min_delta: float = 0.003
+    max_answer_tokens: int | None = None
+    eval_every: int = 50
+    ckpt_every: int = 25
+    time_limit_min: float | None = None
+    prompt_loss: bool = True
+    dtype: str = "float16"
+    seed: int = 0
+    init_head: str | None = None
+    head_intermediate: int | None = None
+    vocab_from_head: bool = False
+    export_only: bool = False
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.buckets, str):
+            object.__setattr__(self, "buckets", parse_buckets(self.buckets))
+        object.__setattr__(self, "buckets", tuple(self.buckets))
+        self.check()
+
+    def check(self) -> None:
+        """ConfigError naming the flag for any value out of range (module docstring)."""
+        if not isinstance(self.out, str) or not self.out:
+            raise ConfigError("--out: the output head directory is required")
+        ints = (("num_prompts", 1, ""), ("draft_vocab", 1, ""), ("ttt_steps", 1, " (draft steps trained per position)"),
+                ("warmup", 0, ""), ("tokens_per_batch", 1, ""), ("heldout_max", 0, " (0: all)"),
+                ("train_eval_max", 0, " (0: off)"), ("patience", 0, " (0: never)"),
+                ("eval_every", 1, " (optimizer steps between evaluations)"),
+                ("ckpt_every", 1, " (optimizer steps between checkpoints)"), ("seed", 0, ""),
+                ("max_steps", 0, " (0: evaluate and export only)"), ("max_answer_tokens", 1, ""),
+                ("head_intermediate", 1, ""))
+        for name, low, note in ints:
+            value = getattr(self, name)
+            if value is None and name in OPTIONAL:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{flag(name)} {value!r}: must be an integer")
+            if value < low:
+                raise ConfigError(f"{flag(name)} {value}: must be >= {low}{note}")
+        if not (_finite(self.lr) and self.lr > 0):
+            raise ConfigError(f"--lr {self.lr}: must be a finite number > 0 (the peak learning rate, such as 2e-3)")
+        if not (_finite(self.epochs) and self.epochs > 0):
+            raise ConfigError(f"--epochs {self.epochs}: must be a finite number > 0 (fractions allowed; --max-steps 0 "
+                              "evaluates and exports without training)")
+        if not (_finite(self.clip) and self.clip > 0):
+            raise ConfigError(f"--clip {self.clip}: must be a finite number > 0 (the cap on the gradients' global "
+                              "norm; there is no 'off' value: a large one such as 1e9 never clips)")
+        if not (_finite(self.heldout) and 0 < self.heldout < 1):
+            raise ConfigError(f"--heldout {self.heldout}: must be a fraction strictly between 0 and 1 (the share of "
+                              "conversations held out for evaluation)")
+        if not (_finite(self.min_delta) and self.min_delta >= 0):
+            raise ConfigError(f"--min-delta {self.min_delta}: must be a finite number >= 0")
+        if self.time_limit_min is not None and not (_finite(self.time_limit_min) and self.time_limit_min > 0):
+            raise ConfigError(f"--time-limit-min {self.time_limit_min}: must be a finite number of minutes > 0 (leave "
+                              "it out for no time limit)")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"--dtype {self.dtype!r}: expected one of {DTYPES} (the exported weights' dtype)")
+        if any(b < 1 for b in self.buckets) or any(x >= y for x, y in zip(self.buckets, self.buckets[1:])) or \
+                not self.buckets:
+            raise ConfigError(f"--buckets {','.join(map(str, self.buckets))}: must be positive and strictly "
+                              "increasing (entries per sequence, such as 128,192,256)")
+        if self.vocab_from_head and not self.init_head:
+            raise ConfigError("--vocab-from-head needs --init-head")
+
+    # ----- the command line and files ---------------------------------------------------------------------------
+    @classmethod
+    def from_mapping(cls, d: Mapping[str, Any], where: str) -> "TrainConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {unknown}; expected some of {sorted(known)}")
+        return cls(**dict(d))
+
+    @classmethod
+    def from_args(cls, ns: argparse.Namespace) -> "TrainConfig":
+        """Field defaults, then ``--config``'s file, then the flags given (argparse defaults are ``None``: a flag
+        left out keeps the file's or the field's value)."""
+        values: dict[str, Any] = {}
+        if ns.config:
+            try:
+                with open(ns.config, encoding="utf-8") as f:
+                    values = json.load(f)
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"--config {ns.config}: not a readable JSON object ({exc})") from None
+            if not isinstance(values, dict):
+                raise ConfigError(f"--config {ns.config}: expected a JSON object of TrainConfig fields")
+            values = {k: v for k, v in values.items() if not k.startswith("_")}  # "_comment" keys
+            unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
+            if unknown:
+                raise ConfigError(f"--config {ns.config}: unknown key(s) {unknown}; the keys are TrainConfig's "
+                                  "fields (train-draft --help)")
+        given = {f.name: getattr(ns, f.name) for f in dataclasses.fields(cls) if getattr(ns, f.name) is not None}
+        return cls.from_mapping({**values, **given}, "train-draft")
+
+
+DTYPES = ("float16", "float32")
+OPTIONAL = {f.name for f in dataclasses.fields(TrainConfig) if f.default is None}
+HELP = {
+    "out": "output head directory (public EAGLE-3 format)",
+    "teacher": "converted teacher directory (default: the default teacher)",
+    "data": "training data directory (train.data); generated if missing",
+    "run_dir": "checkpoints/logs (default: OUT/../.train-run-NAME)",
+    "num_prompts": "prompts to generate when --data has none",
+    "max_steps": "cap on optimizer steps (sets the LR schedule)",
+    "buckets": "entries per sequence of the compiled train graphs, increasing (such as 128,192,256)",
+    "heldout": "fraction of conversations held out",
+    "heldout_max": "held-out sequences evaluated per prompt source (a fixed sample of the split; 0: all)",
+    "train_eval_max": "also evaluate a fixed sample of this many training sequences at every evaluation (history "
+                      "'train': the train/held-out gap tells memorisation from a capacity or compute limit; 0: off)",
+    "patience": "stop after this many evaluations without a held-out tau gain (0: never)",
+    "min_delta": "held-out tau gain that counts for --patience",
+    "max_answer_tokens": "train on the first sequences of the data holding this many answer tokens (scaling runs)",
+    "time_limit_min": "training-time budget of the run, resumes included (the LR decays over it)",
+    "prompt_loss": "also train on prompt positions (--no-prompt-loss: answers only)",
+    "dtype": "exported weight dtype",
+    "init_head": "start from this head (public EAGLE-3 directory); lm_head rows move to the new draft vocabulary by "
+                 "target id, rows of ids it lacks start from the teacher's embedding plus the head's mean learned "
+                 "shift",
+    "head_intermediate": "the head's MLP width (default: --init-head's, else the teacher's); wider than "
+                         "--init-head's widens it without changing its drafts (new units start with a zero "
+                         "down-projection)",
+    "vocab_from_head": "keep --init-head's draft vocabulary instead of building one from the data",
+    "export_only": "export the best head of --run-dir and stop",
+    "overwrite": "replace a non-empty --out that is not a head, and start afresh a --run-dir that belongs to another "
+                 "run (only the trainer's own files there are removed)",
+}
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def parse_buckets(text: str) -> tuple[int, ...]:
+    """``--buckets`` as increasing positive integers (``"128,192,256"``); ConfigError naming the value otherwise:
+    a sequence goes to the first bucket that holds it and evaluation uses the last, so the order is the meaning."""
+    try:
+        buckets = tuple(int(b) for b in str(text).split(","))
+    except ValueError:
+        raise ConfigError(f"--buckets {text!r}: expected comma-separated integers such as 128,192,256") from None
+    if any(b < 1 for b in buckets) or any(x >= y for x, y in zip(buckets, buckets[1:])):
+        raise ConfigError(f"--buckets {text!r}: must be positive and strictly increasing (entries per sequence, "
+                          "such as 128,192,256)")
+    return buckets
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """One flag per ``TrainConfig`` field (its default shown from the field), plus ``--config FILE``."""
+    ap = argparse.ArgumentParser(prog="mindspore-eagle train-draft",
+                                 description="Train an EAGLE-3 draft head for a teacher (MindSpore, TTT objective). "
+                                             "Values: the defaults below, then --config FILE, then the flags given.")
+    ap.add_argument("--config", default=None, help="JSON file of TrainConfig fields (configs/train/*.json)")
+    for f in dataclasses.fields(TrainConfig):
+        default = f.default
+        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        text = HELP.get(f.name, "")
+        text = f"{text} (default {shown})" if text else f"default {shown}"
+        if f.type in ("bool", bool):
+            ap.add_argument(flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=text)
+            continue
+        kind = {"int": int, "int | None": int, "float": float, "float | None": float}.get(str(f.type), str)
+        ap.add_argument(flag(f.name), dest=f.name, type=kind, default=None, help=text)
+    return ap
+
+
+def _finite(value) -> bool:
+    return value is not None and not isinstance(value, bool) and isinstance(value, (int, float)) and \
+        math.isfinite(value)
+
+
+__all__ = ["TrainConfig", "build_parser", "parse_buckets"]
