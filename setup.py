@@ -37,5 +37,5 @@ setup(
         # MindFormers adapter: its own environment (MindFormers 1.9 pins MindSpore 2.9); see `make test-mindformers`.
         "mindformers": ["mindformers==1.9.0", "mindspore~=2.9.0"],
     },
-    entry_points={"console_scripts": ["mindspore-eagle=mindspore_eagle.cli:main"]},
+    entry_points={"console_scripts": ["mindspore-eagle=mindspore_eagle.app.cli:main"]},
 )

@@ -232,7 +232,7 @@ def main() -> None:
     contexts = tuple(int(c) for c in args.contexts.split(","))
     tokens = tuple(int(t) for t in args.tokens.split(","))
 
-    from mindspore_eagle.assets import require_default_model
+    from mindspore_eagle.storage.assets import require_default_model
     from mindspore_eagle.kernels import kernel_status
 
     for dtype in ("float32", "bfloat16"):

@@ -37,7 +37,7 @@ DTYPES = ("float32", "bfloat16")
 
 
 def prompt_ids() -> list[list[int]]:
-    from mindspore_eagle.assets import require_default_model
+    from mindspore_eagle.storage.assets import require_default_model
     from mindspore_eagle.tokenizer import load_tokenizer
 
     tok = load_tokenizer(require_default_model())
@@ -45,7 +45,7 @@ def prompt_ids() -> list[list[int]]:
 
 
 def worker_ours(dtype: str, new_tokens: int) -> dict:
-    from mindspore_eagle.assets import require_default_model
+    from mindspore_eagle.storage.assets import require_default_model
     from mindspore_eagle.config import RuntimeConfig
     from mindspore_eagle.engine import SpeculativeEngine
     from mindspore_eagle.teacher import Teacher
@@ -69,7 +69,7 @@ def worker_hf(dtype: str, new_tokens: int, threads: int) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from mindspore_eagle.assets import default_gguf_path
+    from mindspore_eagle.storage.assets import default_gguf_path
 
     torch.set_num_threads(threads)
     prompts = prompt_ids()

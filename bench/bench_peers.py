@@ -222,7 +222,7 @@ def apply_patches(files: dict[str, str], patches: Sequence[SourcePatch] = EAGLE_
 
 def prepare_eagle_source(src: str, work_dir: str) -> tuple[str, str]:
     """Write the patched copy to ``work_dir/eagle-src-<rev12>`` (atomically, fresh each run): ``(dir, revision)``."""
-    from mindspore_eagle.atomic import atomic_directory
+    from mindspore_eagle.storage.atomic import atomic_directory
 
     files, rev = read_eagle_files(src)
     patched = apply_patches(files)
@@ -237,7 +237,7 @@ def prepare_eagle_source(src: str, work_dir: str) -> tuple[str, str]:
 def prepare_head_copy(head_dir: str, out_dir: str) -> dict:
     """A copy of a public EAGLE-3 head whose config has no ``target_hidden_size`` when it equals ``hidden_size`` (see
     the module docstring). Returns the config written."""
-    from mindspore_eagle.atomic import atomic_directory
+    from mindspore_eagle.storage.atomic import atomic_directory
 
     with open(os.path.join(head_dir, "config.json"), encoding="utf-8") as f:
         cfg = json.load(f)
@@ -307,7 +307,7 @@ def write_f32_gguf(src: str, dst: str) -> None:
 def prepare_f32_gguf(src: str, out_dir: str) -> str:
     """``out_dir/<name>.f32.gguf`` written by ``write_f32_gguf`` (atomically), kept across runs while ``src`` is
     unchanged (``source_stamp``). Returns its path."""
-    from mindspore_eagle.atomic import atomic_directory
+    from mindspore_eagle.storage.atomic import atomic_directory
 
     name = os.path.basename(src)[: -len(".gguf")] if src.endswith(".gguf") else os.path.basename(src)
     out = os.path.join(out_dir, f"{name}.f32.gguf")
@@ -486,8 +486,8 @@ class OursSystem:
     the CLI's), warmed up and compared per prompt by ``harness``: the path of ``mindspore-eagle bench``."""
 
     def __init__(self, req: dict):
-        from mindspore_eagle import cli
-        from mindspore_eagle.harness import warm_up
+        from mindspore_eagle.app import cli
+        from mindspore_eagle.app.harness import warm_up
 
         dtype, self.m = req["dtype"], req["max_new_tokens"]
         self.rows = [f"ours greedy {dtype}", f"ours spec {dtype}"]
@@ -503,7 +503,7 @@ class OursSystem:
         self.results = []
 
     def run(self, ids) -> dict[str, PromptRun]:
-        from mindspore_eagle.harness import compare
+        from mindspore_eagle.app.harness import compare
 
         r = compare(self.stack.engine, ids, self.stack.proposer_for, self.m, self.stack.eos)
         self.results.append(r)
@@ -514,7 +514,7 @@ class OursSystem:
         return {self.rows[0]: prompt_run(r.greedy), self.rows[1]: prompt_run(r.spec)}
 
     def final_info(self) -> dict:
-        from mindspore_eagle.bench import summarize
+        from mindspore_eagle.app.bench import summarize
 
         return {self.rows[1]: {**self.ready_info, "bench": summarize(self.results)}}
 
@@ -587,7 +587,7 @@ def prepare_hf_base(gguf: str, out_dir: str) -> str:
     from safetensors.torch import save_file
     from transformers import AutoTokenizer
 
-    from mindspore_eagle.atomic import atomic_directory
+    from mindspore_eagle.storage.atomic import atomic_directory
 
     key = source_stamp(gguf)
     stamp = os.path.join(out_dir, "source.txt")
@@ -1020,8 +1020,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.worker:
         return worker_main(args.worker, args.request)
-    from mindspore_eagle.assets import default_gguf_path, home, require_default_model
-    from mindspore_eagle.bench import load_prompts
+    from mindspore_eagle.storage.assets import default_gguf_path, home, require_default_model
+    from mindspore_eagle.app.bench import load_prompts
     from mindspore_eagle.config import TeacherConfig
     from mindspore_eagle.tokenizer import load_tokenizer
 

@@ -110,7 +110,7 @@ def summarize(system: str, c: int, res: list[dict], wall: float, ref: list[str] 
 
 
 def start_ours(port: int, max_seqs: int, max_len: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "mindspore_eagle.cli", "serve", "--port", str(port),
+    return subprocess.Popen([sys.executable, "-m", "mindspore_eagle.app.cli", "serve", "--port", str(port),
                              "--max-seqs", str(max_seqs), "--max-cache-len", str(max_len), "--model-name", "m"],
                             stdout=subprocess.DEVNULL, stderr=sys.stderr, cwd=ROOT)
 
@@ -143,8 +143,8 @@ def main() -> int:
     ap.add_argument("--llamacpp-python", default=os.path.join(ROOT, ".venv-llamacpp", "bin", "python"))
     a = ap.parse_args()
     sys.path.insert(0, ROOT)
-    from mindspore_eagle.assets import default_gguf_path, require_default_model
-    from mindspore_eagle.bench import load_prompts
+    from mindspore_eagle.storage.assets import default_gguf_path, require_default_model
+    from mindspore_eagle.app.bench import load_prompts
     from mindspore_eagle.tokenizer import load_tokenizer
 
     tok = load_tokenizer(require_default_model())

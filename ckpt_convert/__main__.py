@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from mindspore_eagle.checkpoint import is_gguf_file
+from mindspore_eagle.storage.checkpoint import is_gguf_file
 from mindspore_eagle.errors import CheckpointError, EagleError
 
 from mindspore_eagle.convert import convert_eagle3, convert_gguf, convert_hf

@@ -28,10 +28,10 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.variants import add_variant_flags, evaluate_variant, plot_bars, write_table  # noqa: E402
-from mindspore_eagle.build import build  # noqa: E402
+from mindspore_eagle.app.build import build  # noqa: E402
 from mindspore_eagle.config import RuntimeConfig  # noqa: E402
 from mindspore_eagle.drafting import DraftingConfig  # noqa: E402
-from mindspore_eagle.evaluate import load_items  # noqa: E402
+from mindspore_eagle.evaluation.evaluate import load_items  # noqa: E402
 
 COLUMNS = ("variant", "turns", "lossless_turns", "tau", "speedup_mean", "speedup_p50", "speedup_p90",
            "speedup_p99", "tok_s_greedy", "tok_s_spec", "suffix_share")

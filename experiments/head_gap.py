@@ -46,7 +46,7 @@ def main(argv=None) -> int:
             raise SystemExit(f"--head {spec!r}: expected NAME=DIR")
         heads.append(tuple(spec.split("=", 1)))
 
-    from mindspore_eagle.assets import default_model_dir
+    from mindspore_eagle.storage.assets import default_model_dir
     from mindspore_eagle.config import RuntimeConfig, TeacherConfig
     from mindspore_eagle.draft_config import DraftConfig
     from mindspore_eagle.teacher import Teacher

@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     from mindspore_eagle.draft import load_proposer
     from mindspore_eagle.draft_config import TreeBudget
     from mindspore_eagle.engine import SpeculativeEngine
-    from mindspore_eagle.assets import default_model_dir
+    from mindspore_eagle.storage.assets import default_model_dir
     from mindspore_eagle.teacher import Teacher
     from scripts.replay_suffix import load_turns
 

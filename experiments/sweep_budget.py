@@ -22,10 +22,10 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.variants import add_variant_flags, evaluate_variant, plot_heatmaps, write_table  # noqa: E402
-from mindspore_eagle.build import build  # noqa: E402
+from mindspore_eagle.app.build import build  # noqa: E402
 from mindspore_eagle.config import RuntimeConfig  # noqa: E402
 from mindspore_eagle.drafting import BudgetMode, DraftingConfig, Proposer  # noqa: E402
-from mindspore_eagle.evaluate import load_items  # noqa: E402
+from mindspore_eagle.evaluation.evaluate import load_items  # noqa: E402
 
 COLUMNS = ("max_nodes", "depth", "top_k", "turns", "lossless_turns", "tau", "speedup_mean", "speedup_p50",
            "speedup_p90", "speedup_p99", "tok_s_greedy", "tok_s_spec")

@@ -10,9 +10,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from mindspore_eagle.evalset import EvalItem
-from mindspore_eagle.evaluate import RunConfig, merge, run_shard
-from mindspore_eagle.report import _pyplot, jsonable, load, metrics
+from mindspore_eagle.evaluation.evalset import EvalItem
+from mindspore_eagle.evaluation.evaluate import RunConfig, merge, run_shard
+from mindspore_eagle.evaluation.report import _pyplot, jsonable, load, metrics
 
 
 def add_variant_flags(ap) -> None:

@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     ap.add_argument("--head", action="append", default=[], help="a head directory whose vocabulary to score too")
     ap.add_argument("--out", default=None, help="directory for vocab_coverage.{json,md}")
     a = ap.parse_args(argv)
-    from mindspore_eagle.assets import default_model_dir
+    from mindspore_eagle.storage.assets import default_model_dir
     from mindspore_eagle.convert.eagle3 import read_checked_head
 
     tcfg = TeacherConfig.load(a.teacher or default_model_dir())

@@ -48,7 +48,7 @@ that already ships the uint8/bool form passes straight through: the mask dtype i
 choice costs nothing at run time.
 
 Cores are chosen when a ``CachedAttention`` is *built*, from the ``AttentionChoice`` it is given: the one
-builder (``mindspore_eagle.build``) gets it from ``deploy.prepare`` and passes the same choice to the teacher and
+builder (``mindspore_eagle.app.build``) gets it from ``deploy.prepare`` and passes the same choice to the teacher and
 to the draft head; nothing is read from ambient state. Not verifiable here (no NPU): the op's numerics, its
 speed, and that the two branches (T == 1 and T > 1) round identically, which greedy-vs-speculative equality on
 Ascend needs.

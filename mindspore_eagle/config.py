@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .checkpoint import unconverted_hint
+from .storage.checkpoint import unconverted_hint
 from .errors import CacheCapacityError, CheckpointError, ConfigError
 
 TEACHER_FORMAT = "mindspore_eagle.teacher"  # the "format" key of our saved TeacherConfig

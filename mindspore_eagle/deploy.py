@@ -17,7 +17,7 @@ What ``--device Ascend`` means here (``attention`` holds the op's contract):
   ``MS_COMPILER_CACHE_PATH`` persist compiled graphs across processes, one subdirectory per rank (one graph
   per bucket; clear the directory when model code changes).
 
-``prepare`` does all of it and returns the ``AttentionChoice`` that ``mindspore_eagle.build`` passes to the teacher
+``prepare`` does all of it and returns the ``AttentionChoice`` that ``mindspore_eagle.app.build`` passes to the teacher
 and the draft head (fused on Ascend, primitives on CPU). ``python -m mindspore_eagle.deploy check ...`` validates a
 plan (and, with ``--probe``, this machine).
 """
@@ -40,7 +40,7 @@ CANN_DIRS = ("/usr/local/Ascend/ascend-toolkit", "/usr/local/Ascend/cann", "/usr
 
 
 def default_compile_cache() -> str:
-    from .assets import home
+    from .storage.assets import home
 
     return os.path.join(home(), "compile_cache")
 

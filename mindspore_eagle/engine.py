@@ -44,7 +44,7 @@ import numpy as np
 from .cache import BranchableKVCache
 from .errors import CacheCapacityError, ConfigError, TreeInvariantError
 from .teacher import LOGITS, ForwardOut, Teacher
-from .trace import StepTrace
+from .evaluation.trace import StepTrace
 from .tree import ForwardInputs, TreeLayout, check_tree
 from .tree.mask import MASK_VALUE
 from .verify import PositionNoise, SamplingParams, accept_greedy, accept_sampling, sample_token

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .attention import AttentionChoice
-from .checkpoint import CKPT_NAME, load_strict
+from .storage.checkpoint import CKPT_NAME, load_strict
 from .config import RuntimeConfig, TeacherConfig
 from .errors import CacheCapacityError, ConfigError
 from .kernels import MatmulChoice, check_packed, matmul_for, pack_weights, select_matmul

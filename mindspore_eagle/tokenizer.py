@@ -356,7 +356,7 @@ class SentencePieceTokenizer(Tokenizer):
 
 def load_tokenizer(path: str | os.PathLike, chat_format: str | None = None) -> Tokenizer:
     """A model directory (tokenizer.json -> BPE, else tokenizer.model -> SentencePiece) or a ``.gguf`` file."""
-    from .checkpoint import is_gguf_file
+    from .storage.checkpoint import is_gguf_file
 
     path = Path(path)
     if is_gguf_file(str(path)):
@@ -552,6 +552,6 @@ def check_text(text: Any, what: str = "text") -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    from .atomic import write_text
+    from .storage.atomic import write_text
 
     write_text(str(path), text)

@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def load_prompt_items(path: str | None) -> list[dict]:
     """``[{"id": i, "prompt": str} | {"id": i, "prompt_ids": [int]}]`` in file order."""
-    from mindspore_eagle.bench import DEFAULT_PROMPTS, read_prompt_file
+    from mindspore_eagle.app.bench import DEFAULT_PROMPTS, read_prompt_file
 
     if path is None:
         return [{"id": i, "prompt": p} for i, p in enumerate(DEFAULT_PROMPTS)]
@@ -80,12 +80,12 @@ def load_prompt_items(path: str | None) -> list[dict]:
 
 
 def run_worker(args, rank: int, world: int) -> str:
-    from mindspore_eagle.bench import run_bench
-    from mindspore_eagle.build import build
+    from mindspore_eagle.app.bench import run_bench
+    from mindspore_eagle.app.build import build
     from mindspore_eagle.config import Buckets, RuntimeConfig
     from mindspore_eagle.deploy import AscendDeployment, enable_compile_cache
     from mindspore_eagle.drafting import drafting_from_args
-    from mindspore_eagle.sharding import shard
+    from mindspore_eagle.evaluation.sharding import shard
 
     all_items = load_prompt_items(args.prompts)
     items = shard(all_items, rank, world)
@@ -121,6 +121,7 @@ def run_worker(args, rank: int, world: int) -> str:
             rows.append({**_row(it, p, r.spec, tok, rank), "greedy_tokens": list(r.greedy.tokens),
                          "greedy_tok_s": r.greedy.tok_s, "lossless": r.lossless, "speedup": r.speedup})
     elif items:
+        speculative = drafting is not None
         proposer = stack.proposer_for(None) if speculative else None
         if args.warmup:
             engine.generate(ids[0], min(16, args.max_new_tokens), (), proposer=proposer)
@@ -228,7 +229,7 @@ def _without_workers(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    from mindspore_eagle.sharding import is_scheduler, resolve_rank
+    from mindspore_eagle.evaluation.sharding import is_scheduler, resolve_rank
 
     if is_scheduler():
         return 0  # msrun's scheduler copy: the workers need no collectives, so there is nothing to schedule

@@ -66,12 +66,12 @@ class Turn:
 
 def load_turns(trace_path: str) -> list[Turn]:
     """The trace's turns with their prompts rebuilt (ConfigError if a rebuilt length differs)."""
-    from mindspore_eagle.assets import default_model_dir
+    from mindspore_eagle.storage.assets import default_model_dir
     from mindspore_eagle.config import TeacherConfig
-    from mindspore_eagle.evalset import load_evalset
-    from mindspore_eagle.evaluate import build_prompt
+    from mindspore_eagle.evaluation.evalset import load_evalset
+    from mindspore_eagle.evaluation.evaluate import build_prompt
     from mindspore_eagle.tokenizer import load_tokenizer
-    from mindspore_eagle.trace import read_trace
+    from mindspore_eagle.evaluation.trace import read_trace
 
     model = default_model_dir()
     tok = load_tokenizer(model)
@@ -516,7 +516,7 @@ def main(argv=None) -> int:
 
 
 def _write_text(path: str, text: str) -> None:
-    from mindspore_eagle.atomic import write_text
+    from mindspore_eagle.storage.atomic import write_text
 
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     write_text(path, text)

@@ -63,7 +63,7 @@ def hf_smollm2():
     import torch
     from transformers import AutoModelForCausalLM
 
-    from mindspore_eagle.assets import default_gguf_path
+    from mindspore_eagle.storage.assets import default_gguf_path
 
     gguf = default_gguf_path()
     model = AutoModelForCausalLM.from_pretrained(os.path.dirname(gguf), gguf_file=os.path.basename(gguf),

@@ -105,7 +105,7 @@ def torch_greedy(model, prompt: list[int], n: int) -> list[int]:
 def default_gguf_or_skip() -> str:
     """The SmolLM2 GGUF that ``mindspore-eagle setup`` downloads (``assets.default_gguf_path``). Skips when absent,
     unless MSE_REQUIRE_DEFAULT_MODEL=1 (set by `make test`), where a missing file is a failure."""
-    from mindspore_eagle.assets import default_gguf_path
+    from mindspore_eagle.storage.assets import default_gguf_path
 
     path = default_gguf_path()
     if not os.path.isfile(path):
@@ -118,7 +118,7 @@ def default_gguf_or_skip() -> str:
 def default_model_or_skip() -> str:
     """The converted default model dir. Skips when absent, unless MSE_REQUIRE_DEFAULT_MODEL=1 (set by
     `make test`), where a missing model is a failure rather than a silent skip."""
-    from mindspore_eagle.assets import default_model_dir
+    from mindspore_eagle.storage.assets import default_model_dir
 
     d = default_model_dir()
     if not os.path.isfile(os.path.join(d, "weights.safetensors")):

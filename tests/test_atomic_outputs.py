@@ -124,7 +124,7 @@ def test_exported_head_refuses_an_output_holding_its_teacher(sources, tmp_path):
 
 WRITER = """
 import os, sys, time
-from mindspore_eagle.atomic import atomic_directory
+from mindspore_eagle.storage.atomic import atomic_directory
 from mindspore_eagle.errors import CheckpointError
 out, payload, stage = sys.argv[1:4]
 if stage == "between-renames":  # stop right after OUT was moved aside, before the new directory replaces it
@@ -164,7 +164,7 @@ def kill9(proc: subprocess.Popen) -> None:
 
 
 def test_writer_killed_mid_write_leaves_a_temp_dir_the_next_write_removes(tmp_path):
-    from mindspore_eagle.atomic import atomic_directory
+    from mindspore_eagle.storage.atomic import atomic_directory
 
     out = tmp_path / "out"
     kill9(run_writer(out, "a", "mid-write"))
@@ -176,7 +176,7 @@ def test_writer_killed_mid_write_leaves_a_temp_dir_the_next_write_removes(tmp_pa
 
 
 def test_overwrite_killed_between_its_two_renames_is_finished_by_the_next_run(tmp_path):
-    from mindspore_eagle.atomic import check_output_dir
+    from mindspore_eagle.storage.atomic import check_output_dir
 
     out = tmp_path / "out"
     run_writer(out, "old", "none").wait(timeout=60)
@@ -190,7 +190,7 @@ def test_overwrite_killed_between_its_two_renames_is_finished_by_the_next_run(tm
 
 
 def test_a_live_or_foreign_writers_temporaries_are_left_alone(tmp_path):
-    from mindspore_eagle.atomic import owner_tag, recover
+    from mindspore_eagle.storage.atomic import owner_tag, recover
 
     out = tmp_path / "out"
     live = run_writer(out, "a", "mid-write")

@@ -282,7 +282,7 @@ def test_selecting_ascend_without_an_npu_fails_with_a_clear_message(no_ascend, t
     msg = str(err.value)
     assert "device 'Ascend' requested" in msg and "/dev/davinci" in msg and "CANN" in msg and "MindSpore" in msg
     assert "--device CPU" in msg
-    from mindspore_eagle.build import build
+    from mindspore_eagle.app.build import build
 
     runtime = RuntimeConfig(max_cache_len=64, device="Ascend", buckets=(1, 8, 16), prefill_chunk=8)
     with pytest.raises(ConfigError, match="no usable Ascend NPU"):
@@ -307,7 +307,7 @@ def test_backend_follows_device_and_exec_mode():
 def test_the_builder_passes_one_attention_choice_to_teacher_and_head(tiny_pair, monkeypatch):
     """No ambient state: the choice ``deploy.prepare`` returns is the one every layer of the teacher and the draft
     head is built with (here a fused choice on the emulated op, forced through ``prepare``)."""
-    from mindspore_eagle.build import build
+    from mindspore_eagle.app.build import build
 
     fused = attention.AttentionChoice(attention.FUSED, op=emulated_fused_infer_attention_score)
     monkeypatch.setattr(deploy, "prepare", lambda *a, **k: fused)

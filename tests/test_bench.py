@@ -2,11 +2,11 @@
 
 import pytest
 
-from mindspore_eagle.bench import load_prompts, summarize
+from mindspore_eagle.app.bench import load_prompts, summarize
 from mindspore_eagle.engine import Generation
 from mindspore_eagle.errors import ConfigError
-from mindspore_eagle.harness import Comparison
-from mindspore_eagle.trace import StepTrace
+from mindspore_eagle.app.harness import Comparison
+from mindspore_eagle.evaluation.trace import StepTrace
 
 
 def step(emitted, grow_ms=0.0, verify_ms=0.0, host_ms=0.0):

@@ -352,7 +352,7 @@ def test_transformers_chat_template_gives_our_prompt_ids(peers):
     original tokenizer.json, which our tokenizer reproduces; the benchmark reports how many prompts agree.)"""
     from transformers import AutoTokenizer
 
-    from mindspore_eagle.bench import DEFAULT_PROMPTS
+    from mindspore_eagle.app.bench import DEFAULT_PROMPTS
     from mindspore_eagle.tokenizer import load_tokenizer
 
     ours = load_tokenizer(default_model_or_skip())

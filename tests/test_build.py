@@ -4,13 +4,13 @@ come before any weight is read, and the eval header records what was built."""
 import numpy as np
 import pytest
 
-from mindspore_eagle.build import build
+from mindspore_eagle.app.build import build
 from mindspore_eagle.config import RuntimeConfig
 from mindspore_eagle.draft import Eagle3Proposer, HybridProposer
 from mindspore_eagle.drafting import DraftingConfig
 from mindspore_eagle.errors import ConfigError
-from mindspore_eagle.evalset import EvalItem
-from mindspore_eagle.evaluate import RunConfig
+from mindspore_eagle.evaluation.evalset import EvalItem
+from mindspore_eagle.evaluation.evaluate import RunConfig
 from tests.helpers import make_tiny_pair
 
 RUNTIME = RuntimeConfig(max_cache_len=96, buckets=(1, 8, 16), prefill_chunk=8)

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from mindspore_eagle import cli
+from mindspore_eagle.app import cli
 from tests.helpers import default_model_or_skip
 
 
@@ -39,7 +39,7 @@ NOWHERE = "/nonexistent/model"
 
 
 def run_cli(*argv):
-    proc = subprocess.run([sys.executable, "-m", "mindspore_eagle.cli", *argv], capture_output=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "mindspore_eagle.app.cli", *argv], capture_output=True, timeout=120)
     return proc.returncode, proc.stderr.decode("utf-8", "replace")
 
 
@@ -118,7 +118,7 @@ def test_greedy_output_flag_reaches_the_runtime():
 
 def test_a_prompt_longer_than_the_cache_is_refused_before_the_teacher_loads(capsys, monkeypatch):
     """Only the tokenizer is read: the refusal came after a 107 s warm-up compile before (issue 34)."""
-    import mindspore_eagle.build as build_module
+    import mindspore_eagle.app.build as build_module
 
     def no_build(*a, **k):
         raise AssertionError("the teacher was built before the prompt was checked")

@@ -127,7 +127,7 @@ def test_the_fused_kernels_keep_the_full_width_mask(tiny):
 
 def test_warm_up_compiles_every_context_bucket_a_request_reaches(tiny):
     """Bench and eval time requests after ``harness.warm_up``: no request may pay a compile at a longer context."""
-    from mindspore_eagle.harness import warm_up
+    from mindspore_eagle.app.harness import warm_up
 
     get, _, _ = tiny
     teacher = get("performance", prefill_chunk=8)

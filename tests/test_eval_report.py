@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from mindspore_eagle import cli
-from mindspore_eagle.report import PLOTS_SKIPPED, load, report
-from mindspore_eagle.trace import read_trace
+from mindspore_eagle.app import cli
+from mindspore_eagle.evaluation.report import PLOTS_SKIPPED, load, report
+from mindspore_eagle.evaluation.trace import read_trace
 from tests.helpers import legacy_step_record, turn_record
 
 

@@ -14,17 +14,17 @@ import zlib
 
 import pytest
 
-from mindspore_eagle.build import Stack, oracle_factory
+from mindspore_eagle.app.build import Stack, oracle_factory
 from mindspore_eagle.config import RuntimeConfig
 from mindspore_eagle.drafting import DraftingConfig
 from mindspore_eagle.engine import SpeculativeEngine
 from mindspore_eagle.errors import ConfigError
-from mindspore_eagle.evalset import EvalItem
-from mindspore_eagle.evaluate import (MERGED_NAME, RunConfig, build_prompt, finished_turns, merge, run_shard,
+from mindspore_eagle.evaluation.evalset import EvalItem
+from mindspore_eagle.evaluation.evaluate import (MERGED_NAME, RunConfig, build_prompt, finished_turns, merge, run_shard,
                                       shard_path, strip_eos)
 from mindspore_eagle.oracle import OracleProposer
 from mindspore_eagle.teacher import Teacher
-from mindspore_eagle.trace import read_trace
+from mindspore_eagle.evaluation.trace import read_trace
 from tests.helpers import torch_greedy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -226,7 +226,7 @@ def test_a_session_that_fails_before_its_first_turn_leaves_nothing(tiny, tmp_pat
 
 def test_an_empty_prompt_is_refused_before_the_warm_up_compiles_anything(tiny):
     """The warm-up repeats its example prompt to each bucket length: an empty one was a ZeroDivisionError."""
-    from mindspore_eagle.harness import warm_up
+    from mindspore_eagle.app.harness import warm_up
 
     stack = tiny[0]
     compiled = dict(stack.teacher.first_call_s)
@@ -238,7 +238,7 @@ def test_an_empty_prompt_is_refused_before_the_warm_up_compiles_anything(tiny):
 def test_a_turn_longer_than_the_cache_is_skipped_and_the_rest_runs(tiny, tmp_path, capsys):
     """The long turn (and the later turn of its conversation) is recorded as skipped with the reason; every other
     turn runs; a rerun does not retry it; merge and report say which turns are missing and why."""
-    from mindspore_eagle.cli import _print_report
+    from mindspore_eagle.app.cli import _print_report
 
     stack = tiny[0]
     items = [EvalItem("conv-long", "alpha", turns_ids=(tuple(range(1, 101)), (7,))), *ITEMS[:2]]  # 100 > 96 rows
@@ -257,7 +257,7 @@ def test_a_turn_longer_than_the_cache_is_skipped_and_the_rest_runs(tiny, tmp_pat
 
 
 def test_report_names_the_selected_turns_that_have_no_result(tiny, tmp_path, capsys):
-    from mindspore_eagle.cli import _print_report
+    from mindspore_eagle.app.cli import _print_report
 
     stack = tiny[0]
     run_shard(stack, ITEMS, config(stack), str(tmp_path), log=lambda s: None, limit=2)
@@ -353,7 +353,7 @@ def test_an_eval_worker_killed_with_sigkill_resumes_without_losing_a_turn(tiny, 
     copies = 8
     set_path = write_set(tmp_path / "set.jsonl", copies)
     out, whole = tmp_path / "out", tmp_path / "whole"
-    argv = [sys.executable, "-m", "mindspore_eagle.cli", "eval", "--out", str(out), *cli_flags(ms_dir, set_path)]
+    argv = [sys.executable, "-m", "mindspore_eagle.app.cli", "eval", "--out", str(out), *cli_flags(ms_dir, set_path)]
     env = {**os.environ, "GLOG_v": "3"}
     proc = subprocess.Popen(argv, env=env, cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     shard = shard_path(str(out), 0)

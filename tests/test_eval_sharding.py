@@ -11,11 +11,11 @@ import zlib
 
 import pytest
 
-from mindspore_eagle import evalset
+from mindspore_eagle.evaluation import evalset
 from mindspore_eagle.errors import AssetError, ConfigError
-from mindspore_eagle.evalset import EvalItem, load_custom, load_evalset
-from mindspore_eagle.evaluate import build_prompt, select_turns, shard, turn_seed
-from mindspore_eagle.sharding import resolve_rank
+from mindspore_eagle.evaluation.evalset import EvalItem, load_custom, load_evalset
+from mindspore_eagle.evaluation.evaluate import build_prompt, select_turns, shard, turn_seed
+from mindspore_eagle.evaluation.sharding import resolve_rank
 
 
 def installed_evalset():
@@ -199,7 +199,7 @@ def test_turn_ids_that_collide_across_conversations_are_refused_naming_both(tmp_
     """Conversation ``a`` (two turns: ``a-t1``, ``a-t2``) and conversation ``a-t1`` both have a turn ``a-t1``: one of
     them vanished from the merge and the report, and a resume counted it as finished. Refused when the set is
     loaded (and by the runner's sharding, for sets built in code); the shipped set's ids stay as they are."""
-    from mindspore_eagle.evaluate import shard
+    from mindspore_eagle.evaluation.evaluate import shard
 
     p = tmp_path / "set.jsonl"
     p.write_text('{"id": "a", "turns_ids": [[1], [2]]}\n{"id": "a-t1", "turns_ids": [[3]]}\n')
@@ -213,7 +213,7 @@ def test_turn_ids_that_collide_across_conversations_are_refused_naming_both(tmp_
 
 
 def test_bench_can_draw_its_prompts_from_both_halves_of_the_evaluation_set():
-    from mindspore_eagle.bench import load_prompts
+    from mindspore_eagle.app.bench import load_prompts
 
     items = installed_evalset()
     prompts = load_prompts("evalset:4")

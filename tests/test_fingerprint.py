@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from mindspore_eagle.errors import AssetError
-from mindspore_eagle.fingerprint import directory_fingerprint
+from mindspore_eagle.storage.fingerprint import directory_fingerprint
 
 
 def write(d, name, data):

@@ -296,7 +296,7 @@ def upper_case_gguf(tmp_path_factory, hf_src):
 
 
 def test_upper_case_gguf_suffix_is_recognised(upper_case_gguf, tmp_path):
-    from mindspore_eagle import cli
+    from mindspore_eagle.app import cli
     from mindspore_eagle.tokenizer import BPETokenizer, load_tokenizer
 
     assert cli.main(["convert", upper_case_gguf, str(tmp_path / "out")]) == 0

@@ -112,7 +112,7 @@ def test_converters_read_config_json_with_the_same_checks(tmp_path):
 
 
 def test_unconverted_hf_checkpoint_given_as_a_model_says_to_convert(hf_tiny, tmp_path):
-    from mindspore_eagle.checkpoint import load_strict
+    from mindspore_eagle.storage.checkpoint import load_strict
     from mindspore_eagle.config import RuntimeConfig
     from mindspore_eagle.teacher import Teacher
 

@@ -12,10 +12,10 @@ import json
 
 import pytest
 
-from mindspore_eagle import cli
+from mindspore_eagle.app import cli
 from mindspore_eagle.errors import ConfigError
-from mindspore_eagle.report import load, report
-from mindspore_eagle.trace import read_trace
+from mindspore_eagle.evaluation.report import load, report
+from mindspore_eagle.evaluation.trace import read_trace
 from tests.helpers import legacy_step_record, turn_record
 
 HEADER = {"record": "run", "config": {"max_new_tokens": 12}, "rank": 0, "world": 1, "selected": []}

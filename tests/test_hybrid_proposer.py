@@ -180,7 +180,7 @@ def test_after_warm_up_no_catch_up_of_the_head_compiles_inside_a_request(parts):
     buckets their catch-ups happen to need (prompts stop at the prefill chunk, 16, and growth stops once the
     profile is learnt); ``harness.warm_up`` must compile the rest, so that a catch-up beyond 16 rows in a later
     request compiles nothing, and the warm-up must leave the proposer lossless."""
-    from mindspore_eagle.harness import warm_up
+    from mindspore_eagle.app.harness import warm_up
 
     teacher, make_eagle, futures = parts
     eagle = make_eagle()

@@ -119,7 +119,7 @@ def test_scheduler_role_exits_without_working(tmp_path):
 
 
 def test_shard_takes_every_world_th_prompt():
-    from mindspore_eagle.sharding import shard
+    from mindspore_eagle.evaluation.sharding import shard
 
     items = list(range(5))
     assert shard(items, 0, 2) == [0, 2, 4] and shard(items, 1, 2) == [1, 3]

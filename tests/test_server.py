@@ -62,7 +62,7 @@ def server(tmp_path_factory):
     port = _free_port()
     log = tmp_path_factory.mktemp("server") / "serve.log"
     f = open(log, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "mindspore_eagle.cli", "serve", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "mindspore_eagle.app.cli", "serve", "--port", str(port),
                              "--max-seqs", str(MAX_SEQS), "--max-cache-len", "384", "--buckets", "1,4,16,64",
                              "--max-queued", str(MAX_QUEUED), "--model-name", "smol"],
                             stdout=f, stderr=subprocess.STDOUT)

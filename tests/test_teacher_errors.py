@@ -83,7 +83,7 @@ def test_weights_load_one_tensor_at_a_time_without_mindspore_ckpt_reader(tiny, t
     directory says to convert again."""
     import mindspore as ms
 
-    from mindspore_eagle.checkpoint import CKPT_NAME
+    from mindspore_eagle.storage.checkpoint import CKPT_NAME
 
     _, _, ms_dir = tiny
 

@@ -83,7 +83,7 @@ def test_aux_taps_are_the_inputs_of_the_configured_layers_in_order(hf_tiny):
     _, ms_dir, torch_model = hf_tiny("llama")
     cfg = replace(TeacherConfig.load(ms_dir), aux_layer_ids=(3, 1, 1))
     teacher = Teacher(cfg, RuntimeConfig(exec_mode="reference", **RUNTIME))
-    from mindspore_eagle.checkpoint import load_strict
+    from mindspore_eagle.storage.checkpoint import load_strict
 
     load_strict(teacher.cell.weight_parameters(), ms_dir + "/weights.safetensors")
     prompt = [4, 8, 15, 16, 23, 42]

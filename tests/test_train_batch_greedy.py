@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from mindspore_eagle.errors import CacheCapacityError
-from mindspore_eagle.evalset import EvalItem
-from mindspore_eagle.evaluate import build_prompt
+from mindspore_eagle.evaluation.evalset import EvalItem
+from mindspore_eagle.evaluation.evaluate import build_prompt
 
 NEW = 10
 K = 8

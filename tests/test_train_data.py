@@ -21,7 +21,7 @@ from mindspore_eagle.train.trainer import heldout
 
 RUNNER = r'''
 import sys
-from mindspore_eagle.evalset import EvalItem
+from mindspore_eagle.evaluation.evalset import EvalItem
 from mindspore_eagle.train.data import run_generation
 teacher_dir, out_dir, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 items = [EvalItem(f"c{i:03d}", "test", turns_ids=((1, 5, 9, 3 + i % 50, 7 + i % 13),) + (((60, 61),) if i % 4 == 0 else ()))
@@ -145,7 +145,7 @@ def test_a_compressed_or_truncated_shard_is_refused_with_a_data_error(tmp_path):
 
 
 def test_generation_stops_at_an_answer_token_limit_and_a_larger_limit_resumes(tiny_taps_dir, tmp_path):
-    from mindspore_eagle.evalset import EvalItem
+    from mindspore_eagle.evaluation.evalset import EvalItem
     from mindspore_eagle.train.data import run_generation, stored_answer_tokens
 
     items = [EvalItem(f"c{i:03d}", "test", turns_ids=((1, 5, 9, 3 + i % 50, 7 + i % 13),)) for i in range(40)]

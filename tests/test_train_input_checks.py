@@ -25,7 +25,7 @@ import sys
 import numpy as np
 import pytest
 
-from mindspore_eagle import cli
+from mindspore_eagle.app import cli
 from mindspore_eagle.errors import ConfigError, DataError
 from tests.test_train_provenance import TOPK, random_sequences, snapshot
 
@@ -139,7 +139,7 @@ def test_both_entry_points_print_one_line_and_exit_2(tiny_taps_dir, tmp_path):
     """The real commands, as a user runs them: no traceback from either."""
     env = dict(os.environ, PYTHONPATH=os.getcwd(), GLOG_v="3")
     for argv, expect in (
-            (["-m", "mindspore_eagle.cli", "train-draft", "--teacher", tiny_taps_dir, "--out", str(tmp_path / "h"),
+            (["-m", "mindspore_eagle.app.cli", "train-draft", "--teacher", tiny_taps_dir, "--out", str(tmp_path / "h"),
               "--eval-every", "0"], "error: ConfigError: --eval-every 0: must be >= 1"),
             (["-m", "mindspore_eagle.train.data", "--teacher", tiny_taps_dir, "--out", str(tmp_path / "d"),
               "--batch-size", "0"], "error: ConfigError: --batch-size 0: must be >= 1")):
@@ -205,7 +205,7 @@ def test_a_torn_last_manifest_line_is_dropped_with_a_warning(tmp_path, capsys):
 def test_generation_resumes_after_a_torn_manifest_tail(tiny_taps_dir, tmp_path):
     """A torn tail is cut off before the next record is appended, so the manifest stays readable and every
     conversation ends up listed exactly once (the torn record's shard is regenerated)."""
-    from mindspore_eagle.evalset import EvalItem
+    from mindspore_eagle.evaluation.evalset import EvalItem
     from mindspore_eagle.train.data import MANIFEST, finished_conversations, run_generation
 
     items = [EvalItem(f"c{i:02d}", "test", turns_ids=((1, 5, 9, 3 + i),)) for i in range(8)]
@@ -340,7 +340,7 @@ def test_a_batch_with_an_out_of_vocabulary_id_is_a_data_error_not_an_index_error
 
 def test_generator_prompts_with_an_out_of_vocabulary_id_are_refused_before_the_teacher_loads(
         tiny_taps_dir, tmp_path, no_work):
-    from mindspore_eagle.evalset import EvalItem
+    from mindspore_eagle.evaluation.evalset import EvalItem
     from mindspore_eagle.train.data import run_generation
 
     items = [EvalItem("ok", "test", turns_ids=((1, 5, 9),)),

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from mindspore_eagle.errors import AssetError
-from mindspore_eagle.evalset import load_humaneval, load_mtbench
+from mindspore_eagle.evaluation.evalset import load_humaneval, load_mtbench
 from mindspore_eagle.train.overlap import EvalOverlap
 from mindspore_eagle.train.prompts import CATEGORIES, NearDupIndex, build_conversations, normalise
 

@@ -20,7 +20,7 @@ import shutil
 import numpy as np
 import pytest
 
-from mindspore_eagle import cli
+from mindspore_eagle.app import cli
 from mindspore_eagle.errors import IdentityError
 
 H3 = 3 * 64  # features: three taps of the tiny teacher's hidden size (tests.helpers.TINY)
@@ -158,7 +158,7 @@ def test_a_run_directory_refuses_a_resume_with_another_teacher_data_or_recipe(te
 
 
 def test_data_of_one_teacher_is_neither_extended_nor_trained_on_by_another(teachers, tmp_path, capsys):
-    from mindspore_eagle.evalset import EvalItem
+    from mindspore_eagle.evaluation.evalset import EvalItem
     from mindspore_eagle.train.data import MANIFEST, run_generation
 
     items = [EvalItem(f"c{i:02d}", "test", turns_ids=((1, 5, 9, 3 + i),)) for i in range(6)]

@@ -29,7 +29,7 @@ def tiny(tiny_dir):
 
 def _generate(teacher, prompts, new, prefix="s"):
     """Greedy answers + features for id prompts with the training-data generator (``train.batch_greedy``)."""
-    from mindspore_eagle.evalset import EvalItem
+    from mindspore_eagle.evaluation.evalset import EvalItem
     from mindspore_eagle.train.batch_greedy import BatchGreedyGenerator
 
     items = [EvalItem(f"{prefix}{i}", "test", turns_ids=(tuple(int(t) for t in p),)) for i, p in enumerate(prompts)]
@@ -243,7 +243,7 @@ def test_train_draft_cli_trains_exports_and_resumes(tiny, tiny_dir, tmp_path, ca
     import os
 
     from mindspore_eagle.convert.eagle3 import convert_eagle3
-    from mindspore_eagle import cli
+    from mindspore_eagle.app import cli
     from mindspore_eagle.train.data import MANIFEST, write_shard
 
     rng = np.random.default_rng(7)
@@ -289,7 +289,7 @@ def test_a_run_started_from_a_head_keeps_its_weights_and_moves_lm_head_rows_by_t
     every token both vocabularies hold keeps its lm_head row."""
     from safetensors.numpy import load_file
 
-    from mindspore_eagle import cli
+    from mindspore_eagle.app import cli
 
     common = _one_shard_args(tiny, tiny_dir, tmp_path, seed=11, prompt_len=5, prefix="q")
 
@@ -322,7 +322,7 @@ def test_a_widened_head_drafts_exactly_as_the_head_it_grew_from(tiny, tiny_dir, 
 
     from safetensors.numpy import load_file
 
-    from mindspore_eagle import cli
+    from mindspore_eagle.app import cli
 
     common = _one_shard_args(tiny, tiny_dir, tmp_path, seed=13, prompt_len=6, prefix="w")
 

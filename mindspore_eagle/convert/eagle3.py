@@ -21,8 +21,8 @@ from typing import Mapping
 
 import numpy as np
 
-from ..atomic import check_output_dir
-from ..checkpoint import checked_weight
+from ..storage.atomic import check_output_dir
+from ..storage.checkpoint import checked_weight
 from ..config import read_config_json
 from ..draft_config import DraftConfig
 from ..errors import CheckpointError

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..checkpoint import checked_weight
+from ..storage.checkpoint import checked_weight
 from ..errors import CheckpointError
 
 INDEX_NAME = "model.safetensors.index.json"

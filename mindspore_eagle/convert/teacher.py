@@ -9,7 +9,7 @@ weights ``[in, out]``) and the tokenizer files. Conversion is strict and atomic:
 3. write into a temporary sibling directory and rename it into place, so a failure at any point leaves no
    output behind (and an existing output is only replaced once the new one is complete).
 
-Before step 1, the output is checked (``mindspore_eagle.atomic.check_output_dir``): an existing OUT without
+Before step 1, the output is checked (``mindspore_eagle.storage.atomic.check_output_dir``): an existing OUT without
 ``overwrite`` and an OUT that is, contains or lies inside the source are refused before the source is read.
 """
 
@@ -22,8 +22,8 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from ..atomic import atomic_directory, check_output_dir
-from ..checkpoint import CKPT_NAME, save_tensors
+from ..storage.atomic import atomic_directory, check_output_dir
+from ..storage.checkpoint import CKPT_NAME, save_tensors
 from ..config import TeacherConfig, read_config_json
 from ..errors import CheckpointError
 from ..models.pangu import expected_weight_shapes

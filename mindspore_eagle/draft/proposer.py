@@ -34,7 +34,7 @@ from mindspore import Parameter, Tensor, nn
 
 from ..attention import AttentionChoice
 from ..cache import BranchableKVCache
-from ..checkpoint import CKPT_NAME
+from ..storage.checkpoint import CKPT_NAME
 from ..config import Buckets, ExecMode
 from ..draft_config import TreeBudget
 from ..errors import AssetError, ConfigError, TreeInvariantError

@@ -113,8 +113,8 @@ class EagleSpeculativeForCausalLM(PreTrainedModel):
 
     def __init__(self, config: EagleSpeculativeConfig, *inputs: Any, **kwargs: Any):
         super().__init__(config, *inputs, **kwargs)
-        from ..assets import require_default_model
-        from ..build import build
+        from ..storage.assets import require_default_model
+        from ..app.build import build
         from ..deploy import AscendDeployment
 
         teacher_dir = require_default_model() if config.teacher_dir in (None, "", "default") else config.teacher_dir

@@ -34,7 +34,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from ..paths import home
+from ..storage.paths import home
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = tuple(os.path.join(_HERE, name) for name in ("isa.cc", "linear.cc", "attention.cc", "layer.cc"))

@@ -34,7 +34,7 @@ import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 
 from ..attention import AttentionChoice
-from ..checkpoint import CKPT_NAME, load_array, load_strict
+from ..storage.checkpoint import CKPT_NAME, load_array, load_strict
 from ..draft_config import DraftConfig
 from ..errors import CheckpointError
 from ..kernels import MatmulChoice, pack_weights, select_matmul

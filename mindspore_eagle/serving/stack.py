@@ -11,7 +11,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from ..build import check_cache_memory
+from ..app.build import check_cache_memory
 from ..config import Buckets, RuntimeConfig, TeacherConfig
 from ..drafting import BudgetMode, CalibrationMode, DraftingConfig, Proposer
 from ..errors import ConfigError
@@ -64,7 +64,7 @@ def build_batch(model: str | None, max_seqs: int, slot_len: int, runtime: Runtim
     speculation; else suffix drafting under the global (adaptive) budget, every request's step at most
     ``drafting.max_nodes`` nodes (a request may lower its own bound)."""
     from .. import deploy
-    from ..assets import require_default_model
+    from ..storage.assets import require_default_model
     from ..teacher import Teacher
 
     if drafting is not None and (drafting.proposer is not Proposer.SUFFIX or drafting.oracle):

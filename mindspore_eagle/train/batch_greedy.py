@@ -35,8 +35,8 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from ..errors import CacheCapacityError
-from ..evalset import EvalItem
-from ..evaluate import build_prompt
+from ..evaluation.evalset import EvalItem
+from ..evaluation.evaluate import build_prompt
 from .sequence import Sequence_
 from .topk_teacher import GreedyTopK
 

@@ -53,10 +53,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..atomic import write_text
+from ..storage.atomic import write_text
 from ..errors import ConfigError, DataError, EagleError
-from ..fingerprint import directory_fingerprint
-from ..paths import home
+from ..storage.fingerprint import directory_fingerprint
+from ..storage.paths import home
 from .identity import claim
 from .sequence import Sequence_
 
@@ -634,7 +634,7 @@ def run_generation(model_dir: str, out_dir: str, items: list, tokenizer, batch_s
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from ..assets import default_model_dir
+    from ..storage.assets import default_model_dir
 
     ap = argparse.ArgumentParser(description="Generate teacher answers + features for draft-head training")
     ap.add_argument("--teacher", default=None, help="converted teacher dir (default: the default teacher)")

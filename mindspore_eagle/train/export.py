@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..atomic import atomic_directory, check_output_dir
+from ..storage.atomic import atomic_directory, check_output_dir
 from ..draft_config import DraftConfig
 from ..errors import ConfigError
 

@@ -18,7 +18,7 @@ import json
 import os
 from typing import Sequence
 
-from ..atomic import write_text
+from ..storage.atomic import write_text
 from ..errors import IdentityError
 
 IDENTITY_FILE = "identity.json"

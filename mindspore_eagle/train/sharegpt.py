@@ -51,7 +51,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable, Iterator
 
 from ..errors import ConfigError, DataError
-from ..evalset import evaluation_turns, package_file
+from ..evaluation.evalset import evaluation_turns, package_file
 from .overlap import EvalOverlap
 from .prompts import NearDupIndex, normalise, prompt_id
 from .prompts import build_conversations as synthetic_conversations

@@ -37,11 +37,11 @@ import time
 
 import numpy as np
 
-from ..atomic import check_output_dir
-from ..checkpoint import load_tensors, save_tensors, tensor_shapes
+from ..storage.atomic import check_output_dir
+from ..storage.checkpoint import load_tensors, save_tensors, tensor_shapes
 from ..config import smallest_holding
 from ..errors import CheckpointError, ConfigError, DataError, IdentityError
-from ..fingerprint import directory_fingerprint
+from ..storage.fingerprint import directory_fingerprint
 from .data import (MANIFEST, Sequence_, StoredSequence, check_shapes, check_token_ids, conversation_id,
                    first_out_of_vocab, index_sequences, manifest_good_bytes)
 from .identity import check_claimable, claim, mismatch, read_identity
@@ -499,7 +499,7 @@ def train_draft_main(argv: list[str] | None = None) -> int:
     a = check_train_flags(argv)  # before anything is read, loaded or written
     buckets = a.buckets
     os.environ.setdefault("GLOG_v", "3")
-    from ..assets import default_model_dir
+    from ..storage.assets import default_model_dir
     from ..config import RuntimeConfig, TeacherConfig
     from ..draft_config import DraftConfig
     from ..teacher import Teacher

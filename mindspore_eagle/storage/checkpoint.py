@@ -22,7 +22,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 
 # Not "model.safetensors": our Linear weights are stored [in, out] (HF stores [out, in]), so a directory of ours
 # must not look like a HF or public EAGLE-3 checkpoint to other tools -- or to ``load_head``, which tells the

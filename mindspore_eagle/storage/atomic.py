@@ -38,7 +38,7 @@ import zlib
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
-from .errors import EagleError
+from ..errors import EagleError
 
 NEW, OLD = ".new", ".old"
 

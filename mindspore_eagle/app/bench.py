@@ -13,8 +13,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .engine import SpeculativeEngine
-from .errors import ConfigError
+from ..engine import SpeculativeEngine
+from ..errors import ConfigError
 from .harness import Comparison, ProposerFactory, compare, warm_up
 
 DEFAULT_PROMPTS = (
@@ -35,7 +35,7 @@ EVALSET_PREFIX = "evalset:"
 def evalset_prompts(n: int) -> list[str]:
     """First-turn prompts of ``n`` conversations spread evenly over the evaluation set (sorted by id, so both
     HumanEval and MT-Bench are drawn): the same text the evaluation's turn 1 sends through the chat template."""
-    from .evalset import load_evalset, spread_sample
+    from ..evaluation.evalset import load_evalset, spread_sample
 
     items = load_evalset()
     if not 1 <= n <= len(items):

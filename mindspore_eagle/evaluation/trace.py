@@ -28,7 +28,7 @@ import numbers
 from dataclasses import dataclass
 from typing import IO, Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 SHARD_GLOB = "shard-*.jsonl"  # an evaluation worker's trace file (``evaluate.shard_path``)
 MERGED_NAME = "merged.jsonl"  # the merged trace of an evaluation directory

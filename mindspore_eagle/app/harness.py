@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .engine import Generation, Proposer, SpeculativeEngine
-from .errors import ConfigError
-from .verify import SamplingParams
+from ..engine import Generation, Proposer, SpeculativeEngine
+from ..errors import ConfigError
+from ..verify import SamplingParams
 
 ProposerFactory = Callable[[Generation], Proposer]
 """The draft of one request, given the teacher-only greedy generation of the same request."""
@@ -61,7 +61,7 @@ def compare(engine: SpeculativeEngine, prompt: Sequence[int], proposer_for: Prop
 
 def accepted_sources(proposer: Proposer, spec: Generation) -> dict | None:
     """Accepted draft tokens of ``spec`` by the source that proposed them."""
-    from .draft import Eagle3Proposer, HybridProposer
+    from ..draft import Eagle3Proposer, HybridProposer
 
     if isinstance(proposer, HybridProposer):
         return proposer.accepted_by_source()
@@ -105,7 +105,7 @@ def _warm_up_head(proposer) -> None:
     """The EAGLE head's context forward at every bucket (``Eagle3Proposer.warm_up``): the requests above reach
     only the buckets their catch-ups happened to need, and an adaptive hybrid proposer may skip growth (hence
     catch-ups) for most of them."""
-    from .draft import Eagle3Proposer, HybridProposer
+    from ..draft import Eagle3Proposer, HybridProposer
 
     head = proposer.eagle if isinstance(proposer, HybridProposer) else proposer
     if isinstance(head, Eagle3Proposer):
@@ -116,7 +116,7 @@ def _warm_up_context_buckets(engine: SpeculativeEngine, example: Sequence[int]) 
     """The greedy graph of every (token bucket the requests above used, context bucket) not compiled yet: one
     forward at the end of each context bucket (committed length ``width - tokens``), in a round that is then
     discarded. Nothing to do where the teacher has one mask width (the fused CPU kernels)."""
-    from .tree import ForwardInputs, TreeLayout
+    from ..tree import ForwardInputs, TreeLayout
 
     teacher, cache = engine.teacher, engine.cache
     used = sorted({t for _, t, _ in teacher.first_call_s})

@@ -20,13 +20,13 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from .config import RuntimeConfig, TeacherConfig
-from .draft_config import DraftConfig
-from .drafting import ORACLES, BudgetMode, CalibrationMode, DraftingConfig, Proposer
-from .engine import SpeculativeEngine
-from .errors import ConfigError
+from ..config import RuntimeConfig, TeacherConfig
+from ..draft_config import DraftConfig
+from ..drafting import ORACLES, BudgetMode, CalibrationMode, DraftingConfig, Proposer
+from ..engine import SpeculativeEngine
+from ..errors import ConfigError
 from .harness import ProposerFactory
-from .teacher import Teacher
+from ..teacher import Teacher
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class Stack:
 
     def with_drafting(self, drafting: DraftingConfig) -> "Stack":
         """This stack (same teacher, engine and tokenizer) with another drafting: sweeps load the teacher once."""
-        from .draft import HybridProposer, default_head_dir, load_proposer
+        from ..draft import HybridProposer, default_head_dir, load_proposer
 
         drafting.check_fits(self.teacher.runtime)
         budget = drafting.tree_budget()
@@ -66,9 +66,9 @@ def build(model: str | None, runtime: RuntimeConfig, drafting: DraftingConfig | 
           deployment=None, tokenizer: bool = True) -> Stack:
     """Build a ``Stack`` (see the module docstring). ``model`` None: the installed default teacher; ``drafting``
     None: teacher only (no draft is loaded); its ``head`` None: the shipped head for the default teacher."""
-    from . import deploy
-    from .assets import require_default_model
-    from .draft import default_head_dir
+    from .. import deploy
+    from ..storage.assets import require_default_model
+    from ..draft import default_head_dir
 
     model_dir = os.path.abspath(model or require_default_model())
     if drafting is not None:
@@ -83,7 +83,7 @@ def build(model: str | None, runtime: RuntimeConfig, drafting: DraftingConfig | 
     teacher = Teacher.load(model_dir, runtime, choice)  # Linears: runtime.dtype / runtime.matmul (kernels.matmul_for)
     tok = None
     if tokenizer:
-        from .tokenizer import load_tokenizer
+        from ..tokenizer import load_tokenizer
 
         tok = load_tokenizer(model_dir)
     eos = tuple(dict.fromkeys(tuple(teacher.cfg.eos_token_ids) + (tuple(tok.eos_token_ids) if tok else ())))
@@ -117,7 +117,7 @@ def check_cache_memory(runtime: RuntimeConfig, cfg: TeacherConfig, what: str) ->
 
 def oracle_factory(mode: str, depth: int, vocab_size: int) -> ProposerFactory:
     """Per request, an ``OracleProposer`` over that request's greedy output (a bound, not a draft)."""
-    from .oracle import OracleProposer
+    from ..oracle import OracleProposer
 
     if mode not in ORACLES:
         raise ConfigError(f"oracle mode {mode!r}: expected one of {ORACLES}")

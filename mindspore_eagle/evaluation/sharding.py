@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Sequence, TypeVar
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 T = TypeVar("T")
 

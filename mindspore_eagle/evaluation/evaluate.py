@@ -2,10 +2,10 @@
 
 For each turn the teacher-only greedy baseline and the speculative run go through ``harness.compare`` on the same
 prompt, one after the other in the same process, after ``harness.warm_up`` compiled every shape. A worker
-writes its own trace file ``OUT/shard-RRR.jsonl`` (schema in ``mindspore_eagle.trace``): per turn, one
+writes its own trace file ``OUT/shard-RRR.jsonl`` (schema in ``mindspore_eagle.evaluation.trace``): per turn, one
 line per speculative step, then one ``TurnSummary`` line; the whole block goes out in one write + ``fsync``.
 
-Sharding is deterministic and independent of timing (``mindspore_eagle.sharding``). The unit is the
+Sharding is deterministic and independent of timing (``mindspore_eagle.evaluation.sharding``). The unit is the
 *conversation* (``EvalItem``): sorted by id, worker ``rank`` of ``world`` takes ``items[rank::world]``. Both turns of
 an MT-Bench question therefore run on one worker, turn 2 after turn 1, conditioned on turn 1's greedy answer
 (the speculative answer is the same when lossless; greedy is used either way). Seeds derive from the turn id
@@ -38,11 +38,11 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .atomic import write_text
-from .errors import CacheCapacityError, ConfigError
+from ..storage.atomic import write_text
+from ..errors import CacheCapacityError, ConfigError
 from .evalset import EvalItem, check_unique_ids, spread_sample
-from .engine import validate_request
-from .harness import compare, warm_up
+from ..engine import validate_request
+from ..app.harness import compare, warm_up
 from .sharding import shard as shard_items
 from .trace import MERGED_NAME, SHARD_GLOB, SkippedTurn, TraceFile, TurnSummary, read_trace
 
@@ -87,7 +87,7 @@ class RunConfig:
         """The RunConfig of evaluating ``items`` with a ``build.Stack`` (runtime fields are its teacher's, drafting
         fields its ``DraftingConfig``'s; an oracle's proposer is its name, its budget fixed)."""
         from .evalset import evalset_digest
-        from .fingerprint import directory_fingerprint
+        from ..storage.fingerprint import directory_fingerprint
 
         rt, d = stack.teacher.runtime, stack.drafting
         draft_fp = directory_fingerprint(stack.draft_label) if os.path.isdir(stack.draft_label) else ""
@@ -240,7 +240,7 @@ def run_shard(stack, items: Sequence[EvalItem], config: RunConfig, out_dir: str,
     """Run this worker's unfinished turns with ``stack`` (a ``build.Stack`` with a draft), appending each to
     ``shard_path(out_dir, rank)``; return the summaries written in this session. ``on_turn`` is called after
     each turn is on disk."""
-    from .verify import SamplingParams
+    from ..verify import SamplingParams
 
     os.makedirs(out_dir, exist_ok=True)
     cfg = config.to_dict()

@@ -23,7 +23,7 @@ import zipfile
 
 from .atomic import recover, temp_path
 from .checkpoint import CKPT_NAME, check_safetensors_file
-from .errors import AssetError, CheckpointError
+from ..errors import AssetError, CheckpointError
 from .paths import home
 
 DEFAULT_MODEL_NAME = "smollm2-135m-instruct"
@@ -87,9 +87,9 @@ def model_dir_problem(model_dir: str) -> str | None:
     milliseconds even for the 0.5 GB default model."""
     import json
 
-    from .config import TeacherConfig
-    from .errors import EagleError
-    from .models.pangu import expected_weight_shapes
+    from ..config import TeacherConfig
+    from ..errors import EagleError
+    from ..models.pangu import expected_weight_shapes
 
     try:
         cfg = TeacherConfig.load(model_dir)
@@ -111,7 +111,7 @@ def model_dir_problem(model_dir: str) -> str | None:
 def install_default_model(allow_download: bool = True) -> str:
     """Fetch (if needed), verify and convert the default teacher; return its model directory. A directory that
     fails ``model_dir_problem`` (truncated weights, broken config ...) is converted again."""
-    from .convert.teacher import QUANTIZED_NAME
+    from ..convert.teacher import QUANTIZED_NAME
 
     out = default_model_dir()
     recover(out)
@@ -127,7 +127,7 @@ def install_default_model(allow_download: bool = True) -> str:
         return out
     if os.path.isdir(out):
         print(f"default model at {out} is damaged ({problem}); converting it again", file=sys.stderr)
-    from .convert import convert_gguf
+    from ..convert import convert_gguf
 
     convert_gguf(fetch_default_gguf(allow_download), out, overwrite=True)
     problem = model_dir_problem(out)

@@ -23,8 +23,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .bench import speedup_stats
-from .errors import ConfigError
+from ..app.bench import speedup_stats
+from ..errors import ConfigError
 from .trace import MERGED_NAME, SHARD_GLOB, TurnSummary, read_trace
 
 PLOTS_SKIPPED = "plots skipped: matplotlib is not installed (pip install matplotlib)"

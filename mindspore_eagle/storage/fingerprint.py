@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from .errors import AssetError
+from ..errors import AssetError
 
 CHUNK_BYTES = 8 << 20
 _MEMO: dict[tuple[str, int, int, int], bytes] = {}

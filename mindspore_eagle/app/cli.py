@@ -20,8 +20,8 @@ import os
 import sys
 import time
 
-from .drafting import DraftingConfig, add_drafting_flags
-from .errors import ConfigError, EagleError
+from ..drafting import DraftingConfig, add_drafting_flags
+from ..errors import ConfigError, EagleError
 
 def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="converted model directory (default: the installed SmolLM2)")
@@ -48,7 +48,7 @@ def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _runtime(args: argparse.Namespace):
-    from .config import Buckets, RuntimeConfig, parse_sizes
+    from ..config import Buckets, RuntimeConfig, parse_sizes
 
     kw = {}
     if args.buckets:
@@ -64,7 +64,7 @@ def _runtime(args: argparse.Namespace):
 
 def _drafting(args: argparse.Namespace):
     """The command's ``DraftingConfig`` (validated: a ConfigError names the flag)."""
-    from .drafting import drafting_from_args
+    from ..drafting import drafting_from_args
 
     return drafting_from_args(args)
 
@@ -73,7 +73,7 @@ def _check_args(args: argparse.Namespace) -> None:
     """Refuse, before anything loads or compiles, what would otherwise fail late: a token limit below 1, an empty
     raw prompt, an output file in a directory that does not exist, and arguments that are not valid UTF-8 (the shell
     passed bytes that Python could only decode with surrogate escapes)."""
-    from .errors import ConfigError
+    from ..errors import ConfigError
 
     for name, value in vars(args).items():
         if isinstance(value, str):
@@ -112,19 +112,19 @@ def _build(args: argparse.Namespace, speculative: bool = True, tokenizer: bool =
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
-    from .assets import install_default_model
+    from ..storage.assets import install_default_model
 
     t0 = time.perf_counter()
     path = install_default_model(allow_download=True)
     print(f"default model ready at {path} ({time.perf_counter() - t0:.1f} s)")
-    from .kernels.build import setup_kernels
+    from ..kernels.build import setup_kernels
 
     print(setup_kernels())
     return 0
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from .convert import convert_gguf, convert_hf
+    from ..convert import convert_gguf, convert_hf
 
     fn = convert_gguf if args.src.lower().endswith(".gguf") else convert_hf
     cfg = fn(args.src, args.out, overwrite=args.overwrite)
@@ -135,9 +135,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
 def _prompt_ids(args: argparse.Namespace) -> list[int]:
     """The prompt's ids (chat template unless --raw), refused with CacheCapacityError when they cannot fit
     --max-cache-len, before any weight is read (only the tokenizer is loaded)."""
-    from .assets import require_default_model
-    from .engine import validate_request
-    from .tokenizer import load_tokenizer
+    from ..storage.assets import require_default_model
+    from ..engine import validate_request
+    from ..tokenizer import load_tokenizer
 
     tok = load_tokenizer(os.path.abspath(args.model or require_default_model()))
     ids = tok.encode(args.prompt) if args.raw else tok.encode_chat([{"role": "user", "content": args.prompt}])
@@ -146,10 +146,10 @@ def _prompt_ids(args: argparse.Namespace) -> list[int]:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from .build import ORACLES
-    from .errors import ConfigError
+    from ..errors import ConfigError
     from .harness import warm_up
-    from .trace import write_steps
-    from .verify import SamplingParams
+    from ..evaluation.trace import write_steps
+    from ..verify import SamplingParams
 
     spec = args.mode == "spec"
     if spec and args.draft in ORACLES:
@@ -194,7 +194,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def _print_report(paths, plots_dir, json_out=None) -> dict:
     import json
 
-    from .report import PLOTS_SKIPPED, format_report, jsonable, load, make_plots, report
+    from ..evaluation.report import PLOTS_SKIPPED, format_report, jsonable, load, make_plots, report
 
     loaded = load(paths)
     r = report(loaded)
@@ -216,7 +216,7 @@ def _print_report(paths, plots_dir, json_out=None) -> dict:
 def _merge_and_report(out_dir: str, plots: bool) -> int:
     import os
 
-    from .evaluate import merge
+    from ..evaluation.evaluate import merge
 
     m = merge(out_dir)
     print(f"merged {m.turns} turns into {m.path}" + (f"; {m.duplicates} duplicate summaries dropped" if m.duplicates
@@ -227,8 +227,8 @@ def _merge_and_report(out_dir: str, plots: bool) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from .evaluate import RunConfig, load_items, run_shard
-    from .sharding import is_scheduler, resolve_rank
+    from ..evaluation.evaluate import RunConfig, load_items, run_shard
+    from ..evaluation.sharding import is_scheduler, resolve_rank
 
     if is_scheduler():
         return 0  # msrun also starts the script as its scheduler: it has no turns to run
@@ -246,17 +246,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _batch_runtime(args: argparse.Namespace):
-    from .config import Buckets, RuntimeConfig
-    from .serving.stack import SERVING_BUCKETS
+    from ..config import Buckets, RuntimeConfig
+    from ..serving.stack import SERVING_BUCKETS
 
     return RuntimeConfig(device=args.device, dtype=args.dtype, matmul=args.matmul, weights=args.weights,
                          buckets=Buckets.parse(args.buckets) if args.buckets else Buckets(SERVING_BUCKETS))
 
 
 def _build_batch(args: argparse.Namespace):
-    from .serving.stack import build_batch
+    from ..serving.stack import build_batch
 
-    from .drafting import DraftingConfig
+    from ..drafting import DraftingConfig
 
     drafting = (DraftingConfig(proposer="suffix", max_nodes=args.max_nodes, suffix_calibration=args.suffix_calibration)
                 if args.drafting == "suffix" else None)
@@ -267,7 +267,7 @@ def _build_batch(args: argparse.Namespace):
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .serving.server import ServerConfig, create_app
+    from ..serving.server import ServerConfig, create_app
 
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port {args.port}: must be in 1..65535")
@@ -287,7 +287,7 @@ def cmd_bench_batch(args: argparse.Namespace) -> int:
     import json
 
     from .bench import load_prompts
-    from .serving.bench import bench_batch
+    from ..serving.bench import bench_batch
 
     conc = [int(c) for c in args.concurrency.split(",")]
     if not conc or min(conc) < 1:
@@ -305,7 +305,7 @@ def cmd_bench_batch(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     import os
 
-    from .report import trace_paths
+    from ..evaluation.report import trace_paths
 
     paths = trace_paths(args.traces)
     plots = None if args.no_plots else (args.plots or os.path.join(os.path.dirname(os.path.abspath(paths[0])),
@@ -315,7 +315,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _train_draft(argv: list[str]) -> int:
-    from .train.trainer import train_draft_main
+    from ..train.trainer import train_draft_main
 
     return train_draft_main(argv)
 
@@ -363,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --limit N: the first turns of N conversations spread evenly over the set instead")
     p.add_argument("--subset", choices=["all", "mtbench", "humaneval"], default="all")
     p.add_argument("--eval-set", default=None,
-                   help="custom JSONL set instead of MT-Bench + HumanEval (see mindspore_eagle/evalset.py)")
+                   help="custom JSONL set instead of MT-Bench + HumanEval (see mindspore_eagle/evaluation/evalset.py)")
     p.add_argument("--rank", type=int, default=None, help="this worker's rank (default: $RANK_ID, else 0)")
     p.add_argument("--world", type=int, default=None, help="number of workers (default: $RANK_SIZE, else 1)")
     p.add_argument("--merge", action="store_true", help="only merge OUT's shard files and print the report")

@@ -1,0 +1,1 @@
+"""Evaluation: the evaluation sets, the sharded resumable runner, traces and reports."""

@@ -1,0 +1,1 @@
+"""Files: atomic outputs, checkpoints, content fingerprints, installed assets and paths."""
