@@ -76,7 +76,7 @@ class KernelClock:
 
 
 def load_teachers(model_dir: str, max_len: int, tokens: tuple[int, ...], skip_mindspore: bool) -> dict:
-    from mindspore_eagle.config import RuntimeConfig
+    from mindspore_eagle.runtime import RuntimeConfig
     from mindspore_eagle.kernels import MatmulChoice
     from mindspore_eagle.teacher import Teacher
 

@@ -46,7 +46,7 @@ def prompt_ids() -> list[list[int]]:
 
 def worker_ours(dtype: str, new_tokens: int) -> dict:
     from mindspore_eagle.storage.assets import require_default_model
-    from mindspore_eagle.config import RuntimeConfig
+    from mindspore_eagle.runtime import RuntimeConfig
     from mindspore_eagle.engine import SpeculativeEngine
     from mindspore_eagle.teacher import Teacher
 

@@ -1022,7 +1022,7 @@ def main(argv=None) -> int:
         return worker_main(args.worker, args.request)
     from mindspore_eagle.storage.assets import default_gguf_path, home, require_default_model
     from mindspore_eagle.app.bench import load_prompts
-    from mindspore_eagle.config import TeacherConfig
+    from mindspore_eagle.teacher_config import TeacherConfig
     from mindspore_eagle.tokenizer import load_tokenizer
 
     work_dir = os.path.abspath(args.work_dir or os.path.join(home(), "peers"))

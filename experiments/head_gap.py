@@ -47,7 +47,8 @@ def main(argv=None) -> int:
         heads.append(tuple(spec.split("=", 1)))
 
     from mindspore_eagle.storage.assets import default_model_dir
-    from mindspore_eagle.config import RuntimeConfig, TeacherConfig
+    from mindspore_eagle.runtime import RuntimeConfig
+    from mindspore_eagle.teacher_config import TeacherConfig
     from mindspore_eagle.draft_config import DraftConfig
     from mindspore_eagle.teacher import Teacher
     from mindspore_eagle.train.data import index_sequences

@@ -40,7 +40,7 @@ class _CaptureFeatures:
 
 
 def main(argv=None) -> int:
-    from mindspore_eagle.config import RuntimeConfig
+    from mindspore_eagle.runtime import RuntimeConfig
     from mindspore_eagle.draft import load_proposer
     from mindspore_eagle.draft_config import TreeBudget
     from mindspore_eagle.engine import SpeculativeEngine

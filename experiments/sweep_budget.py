@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.variants import add_variant_flags, evaluate_variant, plot_heatmaps, write_table  # noqa: E402
 from mindspore_eagle.app.build import build  # noqa: E402
-from mindspore_eagle.config import RuntimeConfig  # noqa: E402
+from mindspore_eagle.runtime import RuntimeConfig  # noqa: E402
 from mindspore_eagle.drafting import BudgetMode, DraftingConfig, Proposer  # noqa: E402
 from mindspore_eagle.evaluation.evaluate import load_items  # noqa: E402
 

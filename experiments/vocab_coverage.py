@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from mindspore_eagle.config import TeacherConfig  # noqa: E402
+from mindspore_eagle.teacher_config import TeacherConfig  # noqa: E402
 from mindspore_eagle.train.data import index_sequences  # noqa: E402
 from mindspore_eagle.train.trainer import _count_candidates, heldout  # noqa: E402
 from mindspore_eagle.train.vocab import DraftVocab, build_draft_vocab, count_tokens, coverage  # noqa: E402

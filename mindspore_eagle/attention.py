@@ -67,7 +67,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor, nn, ops
 
-from .config import ExecMode
+from .runtime import ExecMode
 from .errors import ConfigError
 
 REFERENCE = "reference"

@@ -31,7 +31,8 @@ import sys
 from dataclasses import dataclass
 
 from . import attention
-from .config import Buckets, RuntimeConfig, TeacherConfig
+from .runtime import Buckets, RuntimeConfig
+from .teacher_config import TeacherConfig
 from .drafting import add_drafting_flags, drafting_from_args
 from .errors import ConfigError, EagleError
 

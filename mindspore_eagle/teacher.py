@@ -36,7 +36,8 @@ import numpy as np
 
 from .attention import AttentionChoice
 from .storage.checkpoint import CKPT_NAME, load_strict
-from .config import RuntimeConfig, TeacherConfig
+from .runtime import RuntimeConfig
+from .teacher_config import TeacherConfig
 from .errors import CacheCapacityError, ConfigError
 from .kernels import MatmulChoice, check_packed, matmul_for, pack_weights, select_matmul
 from .models.outputs import GreedyOutputs

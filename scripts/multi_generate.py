@@ -82,7 +82,7 @@ def load_prompt_items(path: str | None) -> list[dict]:
 def run_worker(args, rank: int, world: int) -> str:
     from mindspore_eagle.app.bench import run_bench
     from mindspore_eagle.app.build import build
-    from mindspore_eagle.config import Buckets, RuntimeConfig
+    from mindspore_eagle.runtime import Buckets, RuntimeConfig
     from mindspore_eagle.deploy import AscendDeployment, enable_compile_cache
     from mindspore_eagle.drafting import drafting_from_args
     from mindspore_eagle.evaluation.sharding import shard

@@ -67,7 +67,7 @@ class Turn:
 def load_turns(trace_path: str) -> list[Turn]:
     """The trace's turns with their prompts rebuilt (ConfigError if a rebuilt length differs)."""
     from mindspore_eagle.storage.assets import default_model_dir
-    from mindspore_eagle.config import TeacherConfig
+    from mindspore_eagle.teacher_config import TeacherConfig
     from mindspore_eagle.evaluation.evalset import load_evalset
     from mindspore_eagle.evaluation.evaluate import build_prompt
     from mindspore_eagle.tokenizer import load_tokenizer

@@ -50,7 +50,7 @@ def tiny_taps_dir(hf_tiny, tmp_path_factory):
 @pytest.fixture(scope="session")
 def default_teacher():
     """(Teacher, tokenizer) for the default SmolLM2 model, graph mode, built once per session."""
-    from mindspore_eagle.config import RuntimeConfig
+    from mindspore_eagle.runtime import RuntimeConfig
     from mindspore_eagle.teacher import Teacher
     from mindspore_eagle.tokenizer import load_tokenizer
 

@@ -15,7 +15,7 @@ import os
 import numpy as np
 import pytest
 
-from mindspore_eagle.config import RuntimeConfig
+from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.tree import ForwardInputs, TreeLayout
 
 DEFAULT_TEACHER_PROMPTS = [

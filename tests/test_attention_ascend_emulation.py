@@ -21,7 +21,8 @@ import pytest
 from mindspore import Tensor, nn
 
 from mindspore_eagle import attention, deploy
-from mindspore_eagle.config import RuntimeConfig, TeacherConfig
+from mindspore_eagle.runtime import RuntimeConfig
+from mindspore_eagle.teacher_config import TeacherConfig
 from mindspore_eagle.draft_config import TreeBudget
 from mindspore_eagle.drafting import DraftingConfig
 from mindspore_eagle.errors import ConfigError

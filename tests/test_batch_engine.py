@@ -8,7 +8,7 @@ The reference is the batch-1 ``SpeculativeEngine`` on its own teacher (cache 512
 import numpy as np
 import pytest
 
-from mindspore_eagle.config import Buckets, RuntimeConfig
+from mindspore_eagle.runtime import Buckets, RuntimeConfig
 from mindspore_eagle.draft.budget import VerifyCosts
 from mindspore_eagle.engine import SpeculativeEngine
 from mindspore_eagle.errors import CacheCapacityError, ConfigError

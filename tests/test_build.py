@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from mindspore_eagle.app.build import build
-from mindspore_eagle.config import RuntimeConfig
+from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.draft import Eagle3Proposer, HybridProposer
 from mindspore_eagle.drafting import DraftingConfig
 from mindspore_eagle.errors import ConfigError

@@ -8,7 +8,7 @@ import pytest
 from mindspore import Tensor
 
 from mindspore_eagle.cache import BranchableKVCache, PathCommit
-from mindspore_eagle.config import ExecMode
+from mindspore_eagle.runtime import ExecMode
 from mindspore_eagle.teacher import Teacher, setup_mindspore
 from mindspore_eagle.tree import TreeLayout
 from tests.helpers import (BRANCHY_PARENTS, CACHE_RUNTIME, TOL, assert_rows_close, buffers, decode_logits, make_pairs,

@@ -4,7 +4,9 @@ import dataclasses
 
 import pytest
 
-from mindspore_eagle.config import Buckets, ExecMode, RuntimeConfig, TeacherConfig
+from mindspore_eagle.runtime import Buckets, ExecMode, RuntimeConfig
+
+from mindspore_eagle.teacher_config import TeacherConfig
 from mindspore_eagle.errors import ConfigError
 
 BASE = dict(vocab_size=100, hidden_size=64, intermediate_size=96, num_layers=4, num_heads=4, num_kv_heads=2)

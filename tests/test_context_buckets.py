@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mindspore_eagle.cache import BranchableKVCache
-from mindspore_eagle.config import RuntimeConfig
+from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.engine import SpeculativeEngine
 from mindspore_eagle.errors import CacheCapacityError, ConfigError
 from mindspore_eagle.kernels import MatmulChoice

@@ -161,7 +161,7 @@ def test_gguf_import_undoes_llama_cpp_permutation(tmp_path):
 
     meta, raw = read_gguf(str(tmp_path / "tiny.gguf"))
     from mindspore_eagle.convert.teacher import gguf_to_ours
-    from mindspore_eagle.config import TeacherConfig
+    from mindspore_eagle.teacher_config import TeacherConfig
 
     cfg = TeacherConfig.from_gguf_metadata(meta, tied="output.weight" not in raw)
     ours = gguf_to_ours(raw, cfg)
@@ -178,7 +178,7 @@ def test_gguf_with_unmapped_tensor_is_refused(tmp_path):
     write_tiny_gguf(model, str(tmp_path / "tiny.gguf"))
     from mindspore_eagle.convert.teacher import gguf_to_ours
     from mindspore_eagle.convert.readers import read_gguf
-    from mindspore_eagle.config import TeacherConfig
+    from mindspore_eagle.teacher_config import TeacherConfig
 
     meta, raw = read_gguf(str(tmp_path / "tiny.gguf"))
     raw["blk.0.mystery.weight"] = np.zeros(3, np.float32)

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from mindspore_eagle.config import RuntimeConfig
+from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.engine import SpeculativeEngine, greedy_generate
 from mindspore_eagle.errors import ConfigError, TreeInvariantError
 from mindspore_eagle.teacher import Teacher

@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy import stats
 
-from mindspore_eagle.config import RuntimeConfig
+from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.engine import SpeculativeEngine
 from mindspore_eagle.teacher import Teacher
 from mindspore_eagle.tree import TreeLayout

@@ -15,7 +15,7 @@ import zlib
 import pytest
 
 from mindspore_eagle.app.build import Stack, oracle_factory
-from mindspore_eagle.config import RuntimeConfig
+from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.drafting import DraftingConfig
 from mindspore_eagle.engine import SpeculativeEngine
 from mindspore_eagle.errors import ConfigError

@@ -12,7 +12,7 @@ import pytest
 from mindspore import Tensor, nn
 
 from mindspore_eagle.cache import BranchableKVCache
-from mindspore_eagle.config import RuntimeConfig
+from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.engine import SpeculativeEngine
 from mindspore_eagle.errors import ConfigError
 from mindspore_eagle.kernels import MatmulChoice

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from ckpt_convert import convert_eagle3, convert_gguf, convert_hf
-from mindspore_eagle.config import RuntimeConfig
+from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.draft import load_head
 from mindspore_eagle.errors import CheckpointError
 from mindspore_eagle.models.eagle3 import Eagle3DraftHead

@@ -13,7 +13,9 @@ import shutil
 
 import pytest
 
-from mindspore_eagle.config import TeacherConfig, read_config_json
+from mindspore_eagle.fields import read_config_json
+
+from mindspore_eagle.teacher_config import TeacherConfig
 from mindspore_eagle.draft_config import DraftConfig
 from mindspore_eagle.errors import CheckpointError, ConfigError, TokenizerError
 from tests.helpers import PUBLIC_CONFIGS
@@ -113,7 +115,7 @@ def test_converters_read_config_json_with_the_same_checks(tmp_path):
 
 def test_unconverted_hf_checkpoint_given_as_a_model_says_to_convert(hf_tiny, tmp_path):
     from mindspore_eagle.storage.checkpoint import load_strict
-    from mindspore_eagle.config import RuntimeConfig
+    from mindspore_eagle.runtime import RuntimeConfig
     from mindspore_eagle.teacher import Teacher
 
     hf_dir, _, _ = hf_tiny("llama")

@@ -6,7 +6,7 @@ the offline replay reproduces the engine's steps."""
 import numpy as np
 import pytest
 
-from mindspore_eagle.config import RuntimeConfig
+from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.draft import Eagle3Proposer, draft_cache_len
 from mindspore_eagle.draft.budget import VerifyCosts
 from mindspore_eagle.draft.hybrid import HybridProposer

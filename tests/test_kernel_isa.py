@@ -74,7 +74,7 @@ def test_an_unknown_or_unavailable_path_is_refused():
 def test_a_teacher_computes_the_same_logits_on_every_path(hf_tiny):
     """The tiny Pangu teacher (biases on q/k/v/o) on the fused kernels, fp32 and bf16: prefill + decode logits
     bit-identical whichever path computes them (switched in one process, same compiled graphs)."""
-    from mindspore_eagle.config import RuntimeConfig
+    from mindspore_eagle.runtime import RuntimeConfig
     from mindspore_eagle.kernels import MatmulChoice
     from mindspore_eagle.teacher import Teacher
     from mindspore_eagle.tree import ForwardInputs, TreeLayout

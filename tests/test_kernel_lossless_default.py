@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from mindspore_eagle.config import RuntimeConfig
+from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.engine import SpeculativeEngine
 from mindspore_eagle.kernels import MatmulChoice
 from mindspore_eagle.oracle import OracleProposer

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from mindspore import nn
 
-from mindspore_eagle.config import RuntimeConfig
+from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.engine import SpeculativeEngine
 from mindspore_eagle.kernels import MatmulChoice
 from mindspore_eagle.teacher import Teacher

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mindspore_eagle.config import RuntimeConfig
+from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.errors import ConfigError
 from mindspore_eagle.kernels.layout import KERNEL_FORMAT, gguf_fields, pack_quantized
 from mindspore_eagle.teacher import Teacher

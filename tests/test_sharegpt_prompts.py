@@ -330,7 +330,7 @@ BAD_SOURCE_FLAGS = [
 def test_the_data_cli_refuses_a_bad_prompt_source_in_one_line_before_any_model_loads(
         tiny_taps_dir, tmp_path, capsys, monkeypatch, flags, message):
     import mindspore_eagle.train.data as data
-    from mindspore_eagle.config import TeacherConfig
+    from mindspore_eagle.teacher_config import TeacherConfig
     from mindspore_eagle.teacher import Teacher
 
     monkeypatch.setattr(Teacher, "load", _started)

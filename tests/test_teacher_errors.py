@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from mindspore_eagle.config import RuntimeConfig
+from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.engine import greedy_generate
 from mindspore_eagle.errors import CacheCapacityError, CheckpointError, ConfigError
 from mindspore_eagle.teacher import Teacher

@@ -4,7 +4,7 @@ in PyNative (reference) and graph (performance) mode, and cached decoding equals
 import numpy as np
 import pytest
 
-from mindspore_eagle.config import RuntimeConfig
+from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.engine import greedy_generate
 from mindspore_eagle.teacher import Teacher
 from mindspore_eagle.tree import ForwardInputs, TreeLayout
@@ -78,7 +78,9 @@ def test_aux_taps_are_the_inputs_of_the_configured_layers_in_order(hf_tiny):
     output_hidden_states reports them (hidden_states[i] is the input of layer i)."""
     import torch
 
-    from mindspore_eagle.config import TeacherConfig, replace
+    from mindspore_eagle.runtime import replace
+
+    from mindspore_eagle.teacher_config import TeacherConfig
 
     _, ms_dir, torch_model = hf_tiny("llama")
     cfg = replace(TeacherConfig.load(ms_dir), aux_layer_ids=(3, 1, 1))

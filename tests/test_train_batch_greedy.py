@@ -32,7 +32,7 @@ def _items() -> list[EvalItem]:
 
 @pytest.fixture(scope="module")
 def teachers(tiny_taps_dir):
-    from mindspore_eagle.config import RuntimeConfig
+    from mindspore_eagle.runtime import RuntimeConfig
     from mindspore_eagle.teacher import Teacher
 
     batched = Teacher.load(tiny_taps_dir, RuntimeConfig(max_cache_len=MAX_LEN, batch_size=3, buckets=(1,),
@@ -157,7 +157,7 @@ def test_default_model_batched_turns_equal_single_sequence_greedy_and_full_topk(
     slots against B=1 greedy decoding, and the stored top-k against one B=1 forward of the whole sequence."""
     from tests.helpers import default_model_or_skip
 
-    from mindspore_eagle.config import RuntimeConfig
+    from mindspore_eagle.runtime import RuntimeConfig
     from mindspore_eagle.engine import greedy_generate
     from mindspore_eagle.teacher import Teacher
     from mindspore_eagle.tokenizer import load_tokenizer
@@ -239,7 +239,7 @@ def test_data_greedy_token_is_numpys_argmax_on_literal_ties_on_either_devices_ru
 
 def test_a_step_whose_logits_hold_nan_or_inf_is_refused_as_data_error(hf_tiny):
     """A token chosen from NaN logits would be stored as if the teacher had said it: the step names the slot."""
-    from mindspore_eagle.config import RuntimeConfig
+    from mindspore_eagle.runtime import RuntimeConfig
     from mindspore_eagle.errors import DataError
     from mindspore_eagle.teacher import Teacher
     from mindspore_eagle.train.topk_teacher import GreedyTopK

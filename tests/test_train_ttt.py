@@ -20,7 +20,7 @@ def tiny_dir(tiny_taps_dir):
 
 @pytest.fixture(scope="module")
 def tiny(tiny_dir):
-    from mindspore_eagle.config import RuntimeConfig
+    from mindspore_eagle.runtime import RuntimeConfig
     from mindspore_eagle.teacher import Teacher
 
     rt = dict(max_cache_len=48, exec_mode="reference", buckets=(1, 8), prefill_chunk=8)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mindspore_eagle.config import Buckets
+from mindspore_eagle.runtime import Buckets
 from mindspore_eagle.tree import ForwardInputs, TreeLayout, tree_attention_mask
 from mindspore_eagle.tree.mask import MASK_VALUE
 from tests.helpers import tree_layouts

@@ -298,7 +298,8 @@ def test_wrapping_the_head_and_a_shared_table_renames_no_parameter(real_head):
 def test_engine_with_the_proposer_is_lossless_and_keeps_draft_and_teacher_in_step(real_head):
     """Speculative output == teacher-only greedy, token for token; the draft shares the teacher's embeddings
     and its committed length follows the teacher's."""
-    from mindspore_eagle.config import RuntimeConfig, TeacherConfig, replace
+    from mindspore_eagle.runtime import RuntimeConfig, replace
+    from mindspore_eagle.teacher_config import TeacherConfig
     from mindspore_eagle.engine import SpeculativeEngine
     from mindspore_eagle.teacher import Teacher
 

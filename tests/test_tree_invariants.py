@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mindspore_eagle.errors import ConfigError, TreeInvariantError
-from mindspore_eagle.config import Buckets
+from mindspore_eagle.runtime import Buckets
 from mindspore_eagle.tree import TreeLayout, check_tree
 from tests.helpers import tree_layouts
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mindspore_eagle.config import Buckets
+from mindspore_eagle.runtime import Buckets
 from mindspore_eagle.errors import CacheCapacityError, ConfigError, TreeInvariantError
 from mindspore_eagle.tree import PAD_SLOT, ROOT, TreeLayout, check_tree
 from tests.helpers import tree_layouts

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mindspore_eagle.config import Buckets
+from mindspore_eagle.runtime import Buckets
 from mindspore_eagle.errors import CacheCapacityError, ConfigError
 from mindspore_eagle.tree import (PAD_DEPTH, PAD_TOKEN, ForwardInputs, TreeLayout, ascend_tree_mask, check_tree,
                                   tree_attention_mask, tree_visibility)

@@ -20,7 +20,9 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from ..config import RuntimeConfig, TeacherConfig
+from ..runtime import RuntimeConfig
+
+from ..teacher_config import TeacherConfig
 from ..draft_config import DraftConfig
 from ..drafting import ORACLES, BudgetMode, CalibrationMode, DraftingConfig, Proposer
 from ..engine import SpeculativeEngine

@@ -48,7 +48,7 @@ def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _runtime(args: argparse.Namespace):
-    from ..config import Buckets, RuntimeConfig, parse_sizes
+    from ..runtime import Buckets, RuntimeConfig, parse_sizes
 
     kw = {}
     if args.buckets:
@@ -246,7 +246,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _batch_runtime(args: argparse.Namespace):
-    from ..config import Buckets, RuntimeConfig
+    from ..runtime import Buckets, RuntimeConfig
     from ..serving.stack import SERVING_BUCKETS
 
     return RuntimeConfig(device=args.device, dtype=args.dtype, matmul=args.matmul, weights=args.weights,

@@ -40,7 +40,7 @@ from typing import Sequence
 import numpy as np
 from mindspore import Parameter, Tensor
 
-from ..config import ExecMode
+from ..runtime import ExecMode
 from ..errors import CacheCapacityError, ConfigError
 from .commit import PathCommit, check_path, pad_moves, path_moves
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..storage.atomic import check_output_dir
 from ..storage.checkpoint import checked_weight
-from ..config import read_config_json
+from ..fields import read_config_json
 from ..draft_config import DraftConfig
 from ..errors import CheckpointError
 from ..models.eagle3 import (D2T_FILE, T2D_FILE, Eagle3DraftHead, check_vocab_map,

@@ -24,7 +24,8 @@ import numpy as np
 
 from ..storage.atomic import atomic_directory, check_output_dir
 from ..storage.checkpoint import CKPT_NAME, save_tensors
-from ..config import TeacherConfig, read_config_json
+from ..fields import read_config_json
+from ..teacher_config import TeacherConfig
 from ..errors import CheckpointError
 from ..models.pangu import expected_weight_shapes
 
@@ -175,6 +176,6 @@ def convert_gguf(path: str, out_dir: str, overwrite: bool = False, aux_layer_ids
 
 
 def _with_aux(cfg: TeacherConfig, aux_layer_ids: tuple[int, ...]) -> TeacherConfig:
-    from ..config import replace
+    from ..runtime import replace
 
     return replace(cfg, aux_layer_ids=tuple(aux_layer_ids))

@@ -32,7 +32,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..config import smallest_holding
+from ..runtime import smallest_holding
 from ..errors import ConfigError
 
 DEFAULT_BUCKET_MS = ((1, 18.6), (8, 23.4), (16, 33.6), (32, 54.5), (64, 94.9))

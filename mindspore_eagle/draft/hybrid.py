@@ -47,7 +47,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import ConfigError, TreeInvariantError
-from ..config import Buckets, smallest_holding
+from ..runtime import Buckets, smallest_holding
 from ..drafting import BudgetMode, Proposer
 from ..tree.layout import TreeLayout
 from .budget import AcceptanceRatio, CostTracker, EagleProfile, VerifyCosts, plan_budget, should_grow

@@ -35,7 +35,7 @@ from mindspore import Parameter, Tensor, nn
 from ..attention import AttentionChoice
 from ..cache import BranchableKVCache
 from ..storage.checkpoint import CKPT_NAME
-from ..config import Buckets, ExecMode
+from ..runtime import Buckets, ExecMode
 from ..draft_config import TreeBudget
 from ..errors import AssetError, ConfigError, TreeInvariantError
 from ..models.eagle3 import Eagle3DraftHead

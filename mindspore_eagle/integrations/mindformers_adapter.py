@@ -46,7 +46,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("mindspore_eagle.integrations.mindformers_adapter needs MindFormers (pip install "
                       "mindspore==2.9.0 mindformers==1.9.0, or `make test-mindformers`): " + str(exc)) from exc
 
-from ..config import RuntimeConfig
+from ..runtime import RuntimeConfig
 from ..drafting import DraftingConfig
 from ..errors import ConfigError
 from ..verify import SamplingParams

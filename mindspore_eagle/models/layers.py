@@ -31,7 +31,8 @@ import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 
 from .. import attention
-from ..config import RopeScaling, TeacherConfig
+from ..fields import RopeScaling
+from ..teacher_config import TeacherConfig
 from ..errors import ConfigError
 from ..kernels import LinearKernel, MatmulChoice, TreeAttentionKernel, fused_attention_supported
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from mindspore import Tensor, nn, ops
 
 from ..attention import AttentionChoice
-from ..config import TeacherConfig
+from ..teacher_config import TeacherConfig
 from ..kernels import DecoderLayerKernel, LinearKernel, MatmulChoice, fused_layer_supported
 from .layers import (CachedAttention, Embedding, Linear, RMSNorm, SwiGLU, rope_tables, uses_fused_kernels,
                      write_index)

@@ -12,7 +12,8 @@ import os
 from dataclasses import dataclass
 
 from ..app.build import check_cache_memory
-from ..config import Buckets, RuntimeConfig, TeacherConfig
+from ..runtime import Buckets, RuntimeConfig
+from ..teacher_config import TeacherConfig
 from ..drafting import BudgetMode, CalibrationMode, DraftingConfig, Proposer
 from ..errors import ConfigError
 from .batch import BatchEngine

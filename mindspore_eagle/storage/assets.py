@@ -87,7 +87,7 @@ def model_dir_problem(model_dir: str) -> str | None:
     milliseconds even for the 0.5 GB default model."""
     import json
 
-    from ..config import TeacherConfig
+    from ..teacher_config import TeacherConfig
     from ..errors import EagleError
     from ..models.pangu import expected_weight_shapes
 

@@ -488,7 +488,7 @@ def check_generation_args(model_dir: str, num_conversations: int | None, batch_s
     nothing (ConfigError naming the ``python -m mindspore_eagle.train.data`` flag, the value and what is allowed),
     including a batch whose caches alone need more memory than this machine has, and a ShareGPT source whose
     package is not installed."""
-    from ..config import TeacherConfig
+    from ..teacher_config import TeacherConfig
     from .sharegpt import check_prompt_source, find_dataset_file
 
     check_prompt_source(prompts, sharegpt_fraction)
@@ -547,7 +547,8 @@ def run_generation(model_dir: str, out_dir: str, items: list, tokenizer, batch_s
     conversations in flight. ``identity`` (default: ``data_identity`` of the teacher, ``topk`` and
     ``max_new_tokens``) must be the directory's own (``claim_data_dir``), else nothing is generated.
     """
-    from ..config import RuntimeConfig, TeacherConfig
+    from ..runtime import RuntimeConfig
+    from ..teacher_config import TeacherConfig
     from ..teacher import Teacher
     from .batch_greedy import BatchGreedyGenerator
 

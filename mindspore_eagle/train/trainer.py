@@ -39,7 +39,7 @@ import numpy as np
 
 from ..storage.atomic import check_output_dir
 from ..storage.checkpoint import load_tensors, save_tensors, tensor_shapes
-from ..config import smallest_holding
+from ..runtime import smallest_holding
 from ..errors import CheckpointError, ConfigError, DataError, IdentityError
 from ..storage.fingerprint import directory_fingerprint
 from .data import (MANIFEST, Sequence_, StoredSequence, check_shapes, check_token_ids, conversation_id,
@@ -500,7 +500,8 @@ def train_draft_main(argv: list[str] | None = None) -> int:
     buckets = a.buckets
     os.environ.setdefault("GLOG_v", "3")
     from ..storage.assets import default_model_dir
-    from ..config import RuntimeConfig, TeacherConfig
+    from ..runtime import RuntimeConfig
+    from ..teacher_config import TeacherConfig
     from ..draft_config import DraftConfig
     from ..teacher import Teacher
     from .data import default_data_dir, generate_dataset

@@ -14,7 +14,7 @@ Terms (defined once; used with these meanings everywhere in the project):
   draft      a token proposed by a draft (the EAGLE-3 head or a suffix match); every non-root real node is one.
   accepted   draft tokens the teacher's verification keeps: a root-to-node path of the tree.
   bonus      the teacher's own token after the last accepted node; it becomes the next step's root.
-  bucket     a fixed row count (``config.Buckets``) that every forward is padded to: one graph per bucket.
+  bucket     a fixed row count (``runtime.Buckets``) that every forward is padded to: one graph per bucket.
   padding    rows appended to fill a bucket: ``valid == False``, parent 0, depth 1; no real node sees them.
   pad slot   ``PAD_SLOT`` (= 0, the root's index): fills unused ancestor-table entries instead of -1.
 
