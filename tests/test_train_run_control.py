@@ -17,12 +17,17 @@ def _hist(*taus):
     return [{"tau": t, "step": 50 * (i + 1)} for i, t in enumerate(taus)]
 
 
-def test_plateau_stops_only_after_patience_evaluations_without_a_real_gain():
+def test_plateau_stops_only_when_the_trend_of_the_last_evaluations_gains_too_little():
     rule = Plateau(patience=2, min_delta=0.01)
     assert not rule.reached(_hist(1.5, 1.6))  # too few evaluations to judge
-    assert not rule.reached(_hist(1.5, 1.6, 1.7, 1.65))  # the last two include a new best
-    assert rule.reached(_hist(1.5, 1.7, 1.705, 1.69))  # +0.005 is below min_delta
-    assert not rule.reached(_hist(1.5, 1.7, 1.69, 1.72))  # +0.02 counts
+    assert not rule.reached(_hist(1.5, 1.6, 1.7, 1.65))  # the line through the last three still gains 0.05
+    assert rule.reached(_hist(1.5, 1.7, 1.705, 1.69))  # falling
+    assert not rule.reached(_hist(1.5, 1.7, 1.69, 1.72))  # +0.02 across the window counts
+    # a slow rise under one lucky evaluation: no new best by +0.003 in four evaluations (what stopped the shipped
+    # head's run too early), but the trend gains 0.0032 > 0.003: go on
+    slow = _hist(2.040, 2.046, 2.042, 2.044, 2.046, 2.048)
+    assert not Plateau(4, 0.003).reached(slow)
+    assert Plateau(4, 0.004).reached(slow)
     assert not Plateau(0, 0.0).reached(_hist(2.0, 1.0, 1.0, 1.0))  # patience 0: never stops
     with pytest.raises(ConfigError, match="patience"):
         Plateau(-1, 0.0)

@@ -156,8 +156,9 @@ HELP = {
     "heldout_max": "held-out sequences evaluated per prompt source (a fixed sample of the split; 0: all)",
     "train_eval_max": "also evaluate a fixed sample of this many training sequences at every evaluation (history "
                       "'train': the train/held-out gap tells memorisation from a capacity or compute limit; 0: off)",
-    "patience": "stop after this many evaluations without a held-out tau gain (0: never)",
-    "min_delta": "held-out tau gain that counts for --patience",
+    "patience": "stop when the trend (least-squares line) of the last PATIENCE + 1 held-out evaluations gains at most "
+                "--min-delta tau across them (0: never)",
+    "min_delta": "the held-out tau gain across the --patience window that keeps a run going",
     "max_answer_tokens": "train on the first sequences of the data holding this many answer tokens (scaling runs)",
     "time_limit_min": "training-time budget of the run, resumes included (the LR decays over it)",
     "prompt_loss": "also train on prompt positions (--no-prompt-loss: answers only)",
