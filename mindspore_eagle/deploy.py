@@ -11,8 +11,8 @@ What ``--device Ascend`` means here (``attention`` holds the op's contract):
 * **static shapes within the op's limits** -- every speculative round (tree verification, draft growth
   level) sends at most ``max_query_tokens`` query tokens (default 16, the limit vllm-ascend documents for the
   fused infer attention op in decode), so the bound on a step's tree (``DraftingConfig.max_nodes``), its
-  bucket and the head's growth width (``top_k``) must fit; the head sizes must fit the op (D 16-aligned, <= 512; H <= 256;
-  H / Hkv <= 64). Prefill chunks go through the op's full-inference branch and are not limited.
+  bucket and the head's growth width (``top_k``) must fit; the head sizes must fit the op (D 16-aligned, <= 512;
+  H <= 256; H / Hkv <= 64). Prefill chunks go through the op's full-inference branch and are not limited.
 * **compile cache** (opt-in, ``compile_cache_path``) -- ``MS_COMPILER_CACHE_ENABLE=1`` and
   ``MS_COMPILER_CACHE_PATH`` persist compiled graphs across processes, one subdirectory per rank (one graph
   per bucket; clear the directory when model code changes).
@@ -147,7 +147,7 @@ def check_plan(runtime: RuntimeConfig, drafting=None, teacher_cfg: TeacherConfig
                           "graph mode only (exec_mode='performance'); PyNative reference mode is the CPU check path")
     limit = deployment.max_query_tokens
     if drafting is not None:
-        nodes = drafting.depth + 1 if drafting.oracle else drafting.max_nodes
+        nodes = drafting.largest_tree
         if nodes > limit:
             raise ConfigError(f"--max-nodes {nodes} (the nodes one step verifies) exceeds max_query_tokens={limit}, "
                               f"the query tokens one fused attention round may take; use --max-nodes <= {limit}")

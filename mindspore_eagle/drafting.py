@@ -126,14 +126,19 @@ class DraftingConfig:
 
         return TreeBudget(max_nodes=self.max_nodes, depth=self.depth, top_k=self.top_k)
 
+    @property
+    def largest_tree(self) -> int:
+        """The most nodes a step verifies, root included: ``max_nodes``, or an oracle's chain of ``depth + 1``."""
+        return self.depth + 1 if self.oracle else self.max_nodes
+
     def check_fits(self, runtime) -> int:
         """The bucket of the largest tree, checked against ``runtime``'s buckets before any weight is read;
         ConfigError naming the flag and the buckets otherwise. A level deeper than the largest bucket could never
         be verified and would still cost its growth (``--depth 100000`` died of a numpy allocation), so the
         head's depth (an oracle's chain) is bounded too."""
         if self.oracle:
-            return runtime.check_tree_size(self.depth + 1, "oracle chain of --depth + 1")
-        bucket = runtime.check_tree_size(self.max_nodes, "--max-nodes")
+            return runtime.check_tree_size(self.largest_tree, "oracle chain of --depth + 1")
+        bucket = runtime.check_tree_size(self.largest_tree, "--max-nodes")
         if self.uses_head:
             runtime.check_tree_size(self.depth + 1, "--depth + 1 (the root and one node per level)")
         return bucket
@@ -201,4 +206,5 @@ def drafting_from_args(args) -> DraftingConfig:
                           head=getattr(args, "draft", None))
 
 
-__all__ = ["add_drafting_flags", "drafting_from_args", "BudgetMode", "DEFAULT_MAX_NODES", "DraftingConfig", "ORACLES", "Proposer", "CalibrationMode"]
+__all__ = ["BudgetMode", "CalibrationMode", "DEFAULT_MAX_NODES", "DraftingConfig", "ORACLES", "Proposer",
+           "add_drafting_flags", "drafting_from_args"]
