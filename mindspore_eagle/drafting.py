@@ -170,33 +170,46 @@ class DraftingConfig:
 
 
 # ----- the command line -----------------------------------------------------------------------------------------
-def add_drafting_flags(p, head: bool = True) -> None:
-    """The drafting flags of every command that drafts (generate, bench, eval, serve, deploy check), with the
-    ``DraftingConfig`` defaults: one set of names, defaults and help."""
+FLAG_FIELDS = ("head", "proposer", "budget", "max_nodes", "depth", "top_k", "suffix_calibration")
+
+
+def add_drafting_flags(p, fields: tuple[str, ...] = FLAG_FIELDS) -> None:
+    """The drafting flags of every command that drafts (generate, bench, eval, deploy check; ``serve`` and
+    ``bench-batch`` take ``max_nodes`` and ``suffix_calibration`` only), with the ``DraftingConfig`` defaults: one
+    set of names, defaults and help."""
     d = DraftingConfig()
-    if head:
+    unknown = set(fields) - set(FLAG_FIELDS)
+    if unknown:
+        raise ValueError(f"add_drafting_flags: no flag for {sorted(unknown)}")
+    if "head" in fields:
         p.add_argument("--draft", default=None,
                        help="EAGLE-3 head directory (converted or public format; default: the shipped head for the "
                             "default teacher); bench and eval also accept 'oracle' (the teacher's own future tokens: "
                             "a ceiling) and 'wrong' (never accepted: a floor)")
-    p.add_argument("--proposer", choices=[m.value for m in Proposer], default=d.proposer.value,
-                   help="draft source: the EAGLE-3 head, model-free suffix matches over the conversation, or both in "
-                        f"one tree (default {d.proposer.value})")
-    p.add_argument("--budget", dest="budget_mode", choices=[m.value for m in BudgetMode], default=d.budget.value,
-                   help="fixed: every step verifies --max-nodes nodes; adaptive: each step picks at most --max-nodes "
-                        "from the candidates' acceptance estimates and the measured verification costs (default "
-                        f"{d.budget.value})")
-    p.add_argument("--max-nodes", type=int, default=d.max_nodes,
-                   help="the nodes one step verifies, root included, in every mode; 1 = no speculation (default "
-                        f"{d.max_nodes})")
-    p.add_argument("--depth", type=int, default=d.depth, help=f"head growth: draft levels (default {d.depth})")
-    p.add_argument("--top-k", type=int, default=d.top_k,
-                   help=f"head growth: children per expanded node (default {d.top_k})")
-    p.add_argument("--suffix-calibration", choices=[m.value for m in CalibrationMode],
-                   default=d.suffix_calibration.value,
-                   help="suffix and hybrid drafting: score suffix candidates with the shipped acceptance table "
-                        "(fitted on the default teacher; the default) or correct it online by what the teacher "
-                        "accepts (for another teacher)")
+    if "proposer" in fields:
+        p.add_argument("--proposer", choices=[m.value for m in Proposer], default=d.proposer.value,
+                       help="draft source: the EAGLE-3 head, model-free suffix matches over the conversation, or both "
+                            f"in one tree (default {d.proposer.value})")
+    if "budget" in fields:
+        p.add_argument("--budget", dest="budget_mode", choices=[m.value for m in BudgetMode], default=d.budget.value,
+                       help="fixed: every step verifies --max-nodes nodes; adaptive: each step picks at most "
+                            "--max-nodes from the candidates' acceptance estimates and the measured verification "
+                            f"costs (default {d.budget.value})")
+    if "max_nodes" in fields:
+        p.add_argument("--max-nodes", type=int, default=d.max_nodes,
+                       help="the nodes one step verifies, root included, in every mode (serve: per request; a "
+                            f"request may ask for fewer); 1 = no speculation (default {d.max_nodes})")
+    if "depth" in fields:
+        p.add_argument("--depth", type=int, default=d.depth, help=f"head growth: draft levels (default {d.depth})")
+    if "top_k" in fields:
+        p.add_argument("--top-k", type=int, default=d.top_k,
+                       help=f"head growth: children per expanded node (default {d.top_k})")
+    if "suffix_calibration" in fields:
+        p.add_argument("--suffix-calibration", choices=[m.value for m in CalibrationMode],
+                       default=d.suffix_calibration.value,
+                       help="suffix and hybrid drafting: score suffix candidates with the shipped acceptance table "
+                            "(fitted on the default teacher; the default) or correct it online by what the teacher "
+                            "accepts (for another teacher)")
 
 
 def drafting_from_args(args) -> DraftingConfig:

@@ -20,8 +20,9 @@ import os
 import sys
 import time
 
-from ..drafting import DraftingConfig, add_drafting_flags
+from ..drafting import DraftingConfig, add_drafting_flags, drafting_from_args
 from ..errors import ConfigError, EagleError
+
 
 def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="converted model directory (default: the installed SmolLM2)")
@@ -62,10 +63,8 @@ def _runtime(args: argparse.Namespace):
                          weights=args.weights, **kw)
 
 
-def _drafting(args: argparse.Namespace):
+def _drafting(args: argparse.Namespace) -> DraftingConfig:
     """The command's ``DraftingConfig`` (validated: a ConfigError names the flag)."""
-    from ..drafting import drafting_from_args
-
     return drafting_from_args(args)
 
 
@@ -256,8 +255,6 @@ def _batch_runtime(args: argparse.Namespace):
 def _build_batch(args: argparse.Namespace):
     from ..serving.stack import build_batch
 
-    from ..drafting import DraftingConfig
-
     drafting = (DraftingConfig(proposer="suffix", max_nodes=args.max_nodes, suffix_calibration=args.suffix_calibration)
                 if args.drafting == "suffix" else None)
     return build_batch(args.model, args.max_seqs, args.max_cache_len, _batch_runtime(args), drafting,
@@ -404,11 +401,7 @@ def _add_batch_flags(p: argparse.ArgumentParser, max_seqs: bool = True) -> None:
                    help="tokens per request, prompt + completion (each slot's cache rows; default 1024)")
     p.add_argument("--drafting", choices=["suffix", "none"], default="suffix",
                    help="suffix: model-free drafts ranked across requests by the global budget (lossless); none")
-    p.add_argument("--max-nodes", type=int, default=DraftingConfig().max_nodes,
-                   help="the nodes one step verifies per request, root included; a request may ask for fewer; 1 = no "
-                        f"speculation (default {DraftingConfig().max_nodes})")
-    p.add_argument("--suffix-calibration", choices=["shipped", "online"], default="shipped",
-                   help="score suffix candidates with the shipped table (default) or correct it online")
+    add_drafting_flags(p, ("max_nodes", "suffix_calibration"))
     p.add_argument("--device", choices=["CPU", "Ascend"], default="CPU")
     p.add_argument("--buckets", default=None, help="row buckets of the batched forward (default 1,2,4,8,16,32,64)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
