@@ -21,8 +21,8 @@ tree and, with non-increasing path scores, exactly the top ``max_nodes - 1``.
 
 Draft-cache rows of one growth (L = the draft's committed length; its last entry, position L - 1, is the
 root's): the level-d frontier is written at rows ``L + (d-1)*top_k + j`` (j = frontier slot) with position
-``L + d - 1``; it sees the committed rows plus the rows of its own ancestors and itself. The caller reserves those ``(depth - 1) * top_k``
-rows and drops them afterwards.
+``L + d - 1``; it sees the committed rows plus the rows of its own ancestors and itself. The caller reserves
+those ``(depth - 1) * top_k`` rows and drops them afterwards.
 
 Candidate numbering (the graph's output order; 0 is the root): level 1 = ids ``1..k``; level ``d >= 2`` =
 ``1 + k + (d-2)*k*k + f*k + c`` for child c of frontier slot f. Example, k=2, depth=2: ids 1, 2 (level 1),
@@ -41,7 +41,7 @@ from mindspore import Parameter, Tensor, nn, ops
 from ..draft_config import TreeBudget
 from ..tree.layout import ROOT, TreeLayout
 from ..tree.mask import MASK_VALUE
-from .merge import best_first
+from .merge import best_first, children_of
 
 
 class TreeGrowCell(nn.Cell):
@@ -158,7 +158,7 @@ def select_tree(root_token: int, scores: np.ndarray, tokens: np.ndarray, parents
     parents = np.asarray(parents, np.int64)
     tokens = np.asarray(tokens, np.int64)
     c = scores.shape[0]
-    taken = best_first(np.concatenate([[ROOT], parents]), [np.inf] + scores.tolist(), max_nodes)
+    taken = best_first(children_of([ROOT] + parents.tolist()), [np.inf] + scores.tolist(), max_nodes)
     kept = np.zeros(c + 1, np.bool_)  # by candidate id; id 0 is the root
     kept[taken] = True
     ids = np.flatnonzero(kept[1:]) + 1  # ascending = level order

@@ -182,19 +182,24 @@ def _normalize_siblings(p: np.ndarray, parents: np.ndarray) -> np.ndarray:
     return out
 
 
-def best_first(parents, rank, max_nodes: int) -> list[int]:
+def children_of(parents) -> list[list[int]]:
+    """Each node's children in index order, from a parent array (``parents[i] < i`` for ``i > 0``)."""
+    children: list[list[int]] = [[] for _ in range(len(parents))]
+    for i, par in enumerate(list(parents)[1:], start=1):
+        children[int(par)].append(i)
+    return children
+
+
+def best_first(children: list[list[int]], rank, max_nodes: int) -> list[int]:
     """The one selection of the draft side: node 0 (the root) and the best ``max_nodes - 1`` others, taken
     best-first from the root -- the next node kept is the highest-ranked one whose parent is kept (ties to the
-    lower index, so a parent precedes an equally ranked child; NaN ranks last). ``parents[i] < i`` for ``i > 0``.
-    With ranks that never increase along a path (log-probs, path probabilities) this is exactly the top
-    ``max_nodes - 1``; whatever the ranks, the kept set is ancestor-closed. Returns the kept nodes in the order
+    lower index, so a parent precedes an equally ranked child; NaN ranks last). ``children``: ``children_of`` the
+    parent array. With ranks that never increase along a path (log-probs, path probabilities) this is exactly the
+    top ``max_nodes - 1``; whatever the ranks, the kept set is ancestor-closed. Returns the kept nodes in the order
     taken (root first). Used by the head's growth (``grow.select_tree``) and the merged tree (``select``)."""
     if max_nodes < 1:
         raise TreeInvariantError(f"select: max_nodes={max_nodes}, must be >= 1")
     rank = [float("-inf") if r != r else r for r in (rank.tolist() if hasattr(rank, "tolist") else rank)]
-    children: list[list[int]] = [[] for _ in range(len(rank))]
-    for i, par in enumerate(list(parents)[1:], start=1):
-        children[int(par)].append(i)
     kept = [ROOT]
     ready = [(-rank[c], c) for c in children[ROOT]]
     heapq.heapify(ready)
@@ -210,13 +215,9 @@ def select(cands: SourcedCandidates, max_nodes: int) -> MergedTree:
     """Keep the root and the ``max_nodes - 1`` best candidates (``best_first`` by path probability), laid out
     depth-first with the most probable child first (see the module docstring)."""
     tree = cands.tree
-    n = tree.num_nodes
     prob = tree.probs.tolist()
-    kept = best_first(tree.parents, prob, max_nodes)
-    children: list[list[int]] = [[] for _ in range(n)]
-    for i, par in enumerate(tree.parents.tolist()[1:], start=1):
-        children[par].append(i)
-    keep = set(kept)
+    children = children_of(tree.parents.tolist())
+    keep = set(best_first(children, prob, max_nodes))
     order: list[int] = []
     stack = [ROOT]
     while stack:  # depth-first; the most probable child is pushed last, so it is visited first
@@ -235,5 +236,5 @@ def merge_trees(eagle: CandidateTree | None, suffix: CandidateTree | None, max_n
     return select(union(eagle, suffix), max_nodes)
 
 
-__all__ = ["best_first", "CandidateTree", "MergedTree", "SOURCE_BOTH", "SOURCE_EAGLE", "SOURCE_ROOT", "SOURCE_SUFFIX",
-           "SourcedCandidates", "merge_trees", "select", "union"]
+__all__ = ["CandidateTree", "MergedTree", "SOURCE_BOTH", "SOURCE_EAGLE", "SOURCE_ROOT", "SOURCE_SUFFIX",
+           "SourcedCandidates", "best_first", "children_of", "merge_trees", "select", "union"]
