@@ -18,7 +18,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .fields import RopeScaling, field_bool, field_int, field_object, field_real, hf_rope, read_config_json, require_bool, require_finite, require_int_tuple, saved_config
+from .fields import (RopeScaling, field_bool, field_int, field_object, field_real, hf_rope, read_config_json,
+                     require_bool, require_finite, require_int_tuple, saved_config)
 
 from .teacher_config import TEACHER_FORMAT, TeacherConfig
 from .errors import ConfigError

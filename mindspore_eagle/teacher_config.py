@@ -11,7 +11,8 @@ from typing import Any, Mapping
 
 
 from .errors import CheckpointError, ConfigError
-from .fields import (read_config_json, saved_config, is_int, require_positive, require_finite, require_bool, require_int_tuple, field_int, field_real, field_bool, field_token_ids, field_token_id, hf_rope, RopeScaling)
+from .fields import (RopeScaling, field_bool, field_int, field_real, field_token_id, field_token_ids, hf_rope, is_int,
+                     read_config_json, require_bool, require_finite, require_int_tuple, require_positive, saved_config)
 from .storage.checkpoint import unconverted_hint
 
 TEACHER_FORMAT = "mindspore_eagle.teacher"  # the "format" key of our saved TeacherConfig

@@ -5,7 +5,6 @@ import dataclasses
 import pytest
 
 from mindspore_eagle.runtime import Buckets, ExecMode, RuntimeConfig
-
 from mindspore_eagle.teacher_config import TeacherConfig
 from mindspore_eagle.errors import ConfigError
 

@@ -302,9 +302,8 @@ class _ClockedHead:
 def test_a_growth_is_charged_one_steps_share_of_the_deferred_catch_up():
     """Skipped growths defer the head's catch-up; the growth that writes it must not be charged all of it (that
     made growth look dearer the rarer it was, and so rarer still): 4 steps per growth -> 3 + 10 / 4 ms."""
-    from types import SimpleNamespace
-
     from mindspore_eagle.draft.hybrid import HybridProposer
+    from mindspore_eagle.verify import Acceptance
 
     clock = [0.0]
     head = _ClockedHead(clock)
@@ -317,7 +316,7 @@ def test_a_growth_is_charged_one_steps_share_of_the_deferred_catch_up():
         prop.propose(root)
         clock[0] += 0.020  # the engine's verification
         root = 10 + step  # never seen before: no suffix match, nothing accepted but the bonus
-        prop.accept(SimpleNamespace(tokens=[root], path=[0]), np.zeros((1, 4), np.float32))
+        prop.accept(Acceptance((0,), (root,), root), np.zeros((1, 4), np.float32))
     assert [s.grew for s in prop.log] == [False, False, False, True] * 2
     assert head.extended == [3 + 3, 4]  # prompt entries + 3 steps, then 4 steps
     assert prop.tracker.costs().grow_ms == pytest.approx(3 + 10 / 4)

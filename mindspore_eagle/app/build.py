@@ -20,15 +20,14 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from ..runtime import RuntimeConfig
-
-from ..teacher_config import TeacherConfig
 from ..draft_config import DraftConfig
 from ..drafting import ORACLES, BudgetMode, CalibrationMode, DraftingConfig, Proposer
 from ..engine import SpeculativeEngine
 from ..errors import ConfigError
-from .harness import ProposerFactory
+from ..runtime import RuntimeConfig
 from ..teacher import Teacher
+from ..teacher_config import TeacherConfig
+from .harness import ProposerFactory
 
 
 @dataclass(frozen=True)

@@ -224,7 +224,8 @@ class HybridProposer:
 
     def accept(self, acceptance, aux_hidden: np.ndarray) -> None:
         proposed = self._last.layout.num_nodes if self._last is not None else 0
-        verified = getattr(acceptance, "nodes", 0) or proposed  # fewer when the engine verified the root alone (end of cache)
+        # fewer when the engine verified the root alone (the end of the cache); 0: not recorded
+        verified = acceptance.nodes or proposed
         if self.tracker is not None and self._proposed_at is not None and self._last is not None:
             self.tracker.observe(verified, (self._clock() - self._proposed_at) * 1000)  # the tree that ran
             self.costs = self.tracker.costs()

