@@ -6,8 +6,8 @@
 
 Every grid point is one ``mindspore-eagle eval`` configuration run in this process (one teacher, compiled
 once) on ``--limit`` turns (by default the first turns of conversations spread over the set), its traces in
-``OUT/n{nodes}-d{depth}-k{topk}/`` (resumable: rerun the same command after an interruption and finished points and turns are skipped). Points whose growth yields
-fewer candidates than the tree needs (``top_k + (depth-1) * top_k**2 < max_nodes - 1``) are skipped.
+``OUT/n{nodes}-d{depth}-k{topk}/`` (resumable: rerun the same command after an interruption and finished points
+and turns are skipped). Points whose growth yields fewer candidates than the tree needs (``top_k + (depth-1) * top_k**2 < max_nodes - 1``) are skipped.
 Writes ``OUT/sweep_budget.md`` / ``.json`` (one row per point) and ``OUT/sweep_budget.png`` (speedup and tau
 heatmaps, one panel per top-k); prints the sweet spot (the best mean speedup).
 """

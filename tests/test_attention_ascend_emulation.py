@@ -313,8 +313,8 @@ def test_the_builder_passes_one_attention_choice_to_teacher_and_head(tiny_pair, 
     fused = attention.AttentionChoice(attention.FUSED, op=emulated_fused_infer_attention_score)
     monkeypatch.setattr(deploy, "prepare", lambda *a, **k: fused)
     runtime = RuntimeConfig(max_cache_len=64, exec_mode="reference", buckets=(1, 8), prefill_chunk=8)
-    stack = build(tiny_pair[0], runtime, DraftingConfig(proposer="eagle", budget="fixed", head=tiny_pair[1], max_nodes=6,
-                                                       depth=2, top_k=3), tokenizer=False)
+    drafting = DraftingConfig(proposer="eagle", budget="fixed", head=tiny_pair[1], max_nodes=6, depth=2, top_k=3)
+    stack = build(tiny_pair[0], runtime, drafting, tokenizer=False)
     assert stack.teacher.attention is fused
     assert all(isinstance(layer.self_attn.core, attention.FusedAttention) for layer in stack.teacher.cell.model.layers)
     head = stack.proposer_for(None).head
@@ -336,7 +336,8 @@ def test_tree_bucket_above_the_query_token_limit_is_refused_by_name():
     runtime = RuntimeConfig(**{**ASCEND, "buckets": (1, 8, 32, 64)})
     with pytest.raises(ConfigError, match=r"tree bucket 32 .*--max-nodes 12\) exceeds max_query_tokens=16"):
         deploy.check_plan(runtime, DraftingConfig(max_nodes=12, depth=4, top_k=4), TEACHER)
-    with pytest.raises(ConfigError, match=r"--max-nodes 32 \(the nodes one step verifies\) exceeds max_query_tokens=16"):
+    with pytest.raises(ConfigError,
+                       match=r"--max-nodes 32 \(the nodes one step verifies\) exceeds max_query_tokens=16"):
         deploy.check_plan(RuntimeConfig(**ASCEND), DraftingConfig(max_nodes=32), TEACHER)
     with pytest.raises(ConfigError, match=r"--top-k 20: each draft growth level"):
         deploy.check_plan(RuntimeConfig(**ASCEND), DraftingConfig(max_nodes=16, depth=2, top_k=20), TEACHER)

@@ -37,12 +37,12 @@ the occurrences through it and the longest match among them.
 Scores. Each node gets an estimated *acceptance probability*: the probability that the teacher accepts the
 whole path from the root to it, the quantity EAGLE-2 observes a draft's cumulative probability approximates,
 so the two sources compare on one scale (``draft.merge``). It is the product, down the path, of each node's
-conditional acceptance ``q`` given its parent accepted, read from ``SuffixCalibration`` (``draft.calibration``, with its fitting and the shipped table's I/O): an
-empirical table by effective match length (the match length plus the tokens already followed: ``m + depth - 1``), by the node's
-standing among its siblings (``ROLES``: only child, sole holder of the siblings' longest match, tied for it,
-other) and by its occurrence count; fitted on a replay of the committed evaluation trace
-(``scripts/replay_suffix.py --fit``). Conditionals of siblings that sum past 1 are scaled to sum to 1 (they are
-exclusive events; rare with these features).
+conditional acceptance ``q`` given its parent accepted, read from ``SuffixCalibration`` (``draft.calibration``,
+with its fitting and the shipped table's I/O): an empirical table by effective match length (the match length plus
+the tokens already followed: ``m + depth - 1``), by the node's standing among its siblings (``ROLES``: only child,
+sole holder of the siblings' longest match, tied for it, other) and by its occurrence count; fitted on a replay of
+the committed evaluation trace (``scripts/replay_suffix.py --fit``). Conditionals of siblings that sum past 1 are
+scaled to sum to 1 (they are exclusive events; rare with these features).
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ from ..errors import ConfigError
 @dataclass(frozen=True)
 class TrainConfig:
     """A training run (module docstring). Paths: ``out`` the exported head; ``data`` the data directory (default:
-    the teacher's own, generated when missing); ``run_dir`` checkpoints and state (default ``OUT/../.train-run-NAME``)."""
+    the teacher's own, generated when missing); ``run_dir`` checkpoints and state (default
+    ``OUT/../.train-run-NAME``)."""
 
     out: str = ""
     teacher: str | None = None
