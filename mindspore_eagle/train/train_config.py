@@ -105,8 +105,8 @@ class TrainConfig:
                               "it out for no time limit)")
         if self.dtype not in DTYPES:
             raise ConfigError(f"--dtype {self.dtype!r}: expected one of {DTYPES} (the exported weights' dtype)")
-        if any(b < 1 for b in self.buckets) or any(x >= y for x, y in zip(self.buckets, self.buckets[1:])) or \
-                not self.buckets:
+        if not self.buckets or any(b < 1 for b in self.buckets) or \
+                any(x >= y for x, y in zip(self.buckets, self.buckets[1:])):
             raise ConfigError(f"--buckets {','.join(map(str, self.buckets))}: must be positive and strictly "
                               "increasing (entries per sequence, such as 128,192,256)")
         if self.vocab_from_head and not self.init_head:
@@ -182,16 +182,13 @@ def flag(name: str) -> str:
 
 
 def parse_buckets(text: str) -> tuple[int, ...]:
-    """``--buckets`` as increasing positive integers (``"128,192,256"``); ConfigError naming the value otherwise:
-    a sequence goes to the first bucket that holds it and evaluation uses the last, so the order is the meaning."""
+    """``--buckets`` text as integers (``"128,192,256"``); ConfigError naming the value when it is not a list of
+    integers. Their order and sign are ``TrainConfig.check``'s: a sequence goes to the first bucket that holds it
+    and evaluation uses the last, so the order is the meaning."""
     try:
-        buckets = tuple(int(b) for b in str(text).split(","))
+        return tuple(int(b) for b in str(text).split(","))
     except ValueError:
         raise ConfigError(f"--buckets {text!r}: expected comma-separated integers such as 128,192,256") from None
-    if any(b < 1 for b in buckets) or any(x >= y for x, y in zip(buckets, buckets[1:])):
-        raise ConfigError(f"--buckets {text!r}: must be positive and strictly increasing (entries per sequence, "
-                          "such as 128,192,256)")
-    return buckets
 
 
 def build_parser() -> argparse.ArgumentParser:
