@@ -601,67 +601,88 @@ float softmax_row(float* s, int64_t c0, int64_t c1, const float* mask, Span span
   return hsum(lsum);
 }
 
-struct Scratch {
-  std::vector<float> kt, q, s, o, packed;
-  std::vector<Span> spans;
+// One group of consecutive tokens of batch entry b whose visible spans overlap (one request's tree or prefill
+// chunk; the batch engine packs several requests, each in its own cache region, into one call): its key columns
+// [k0, k0 + ncol) are transposed once per KV head into kt + g * D * ncol (shared by the group's row blocks).
+struct AttGroup {
+  int64_t b, t0, t1, jlo, jhi, k0, ncol;
+  float* kt;
 };
 
-// Attention of tokens [t0, t1) of batch entry b, whose spans lie in [jlo, jhi): keys transposed once per KV head
-// over the group's columns, rows blocked within the group only.
-void attend_group(const AttentionCall& c, int64_t b, int64_t t0, int64_t t1, int64_t jlo, int64_t jhi, float scale,
-                  Scratch& sc) {
+// The work of one attention call, cut for the kernel pool (mse::parallel_for) in two phases: (A) the keys of
+// every (group, KV head), transposed in pieces of kTransposeCols columns; (B) every (group, KV head, row block):
+// RoPE of its queries, scores, softmax, p v. A row's arithmetic is the same whichever thread runs its block and
+// however the call is cut (the header: blocking and column positions never matter), so threads change the time,
+// never the bits. Phase B reads only what phase A wrote (parallel_for returns when every item is done).
+struct AttWork {
+  const AttentionCall* c;
+  const Span* spans;  // [B * T]
+  std::vector<AttGroup> groups;
+  std::vector<int64_t> pieces;  // phase A: first item of each group (prefix sums; back() = the item count)
+  std::vector<int64_t> blocks;  // phase B: first item of each group (prefix sums)
+  float scale;
+};
+constexpr int64_t kTransposeCols = 128;
+
+void transpose_item(const void* ctx, int64_t item) {
+  const AttWork& w = *static_cast<const AttWork*>(ctx);
+  const AttentionCall& c = *w.c;
+  const int64_t gi = std::upper_bound(w.pieces.begin(), w.pieces.end(), item) - w.pieces.begin() - 1;
+  const AttGroup& grp = w.groups[(size_t)gi];
+  const int64_t per_head = (grp.ncol + kTransposeCols - 1) / kTransposeCols, local = item - w.pieces[(size_t)gi];
+  const int64_t g = local / per_head, j0 = grp.k0 + (local % per_head) * kTransposeCols;
+  const int64_t j1 = std::min(grp.jhi, j0 + kTransposeCols);
+  if (j0 >= grp.jhi) return;
+  const float* kh = c.k_cache + (grp.b * c.Hkv + g) * c.S * c.D;
+  transpose_keys(kh, c.D, j0, j1, grp.kt + g * c.D * grp.ncol + (j0 - grp.k0), grp.ncol);
+}
+
+void rows_item(const void* ctx, int64_t item) {
+  const AttWork& w = *static_cast<const AttWork*>(ctx);
+  const AttentionCall& c = *w.c;
+  const int64_t gi = std::upper_bound(w.blocks.begin(), w.blocks.end(), item) - w.blocks.begin() - 1;
+  const AttGroup& grp = w.groups[(size_t)gi];
   const int64_t T = c.T, H = c.H, Hkv = c.Hkv, D = c.D, S = c.S, W = (H + 2 * Hkv) * D, rep = H / Hkv;
-  const float* qkv = c.qkv;
-  const float* cosv = c.cos;
-  const float* sinv = c.sin;
-  const float* mask = c.mask;
-  const float* kc = c.k_cache;
-  const float* vc = c.v_cache;
-  float* out = c.out;
-  const int64_t k0 = floor16(jlo), ncol = ceil16(jhi) - k0;  // the group's key columns [k0, k0 + ncol)
-  sc.kt.resize((size_t)(D * ncol));
-  sc.s.resize((size_t)(kAttRM * ncol));
-  sc.packed.resize((size_t)ncol);
-  for (int64_t g = 0; g < Hkv; ++g) {
-    const float* kh = kc + (b * Hkv + g) * S * D;
-    const float* vh = vc + (b * Hkv + g) * S * D;
-    transpose_keys(kh, D, k0, jhi, sc.kt.data(), ncol);
-    // queries of KV head g, row i = (t - t0) * rep + r (head g * rep + r of token t), roped
-    for (int64_t t = t0; t < t1; ++t)
-      for (int64_t r = 0; r < rep; ++r)
-        rope(qkv + (b * T + t) * W + (g * rep + r) * D, cosv + (b * T + t) * D, sinv + (b * T + t) * D, D,
-             sc.q.data() + ((t - t0) * rep + r) * D);
-    const int64_t rows = (t1 - t0) * rep;
-    for (int64_t i0 = 0; i0 < rows; i0 += kAttRM) {
-      const int rm = (int)std::min<int64_t>(kAttRM, rows - i0);
-      int64_t blo = S, bhi = 0;  // the block's column union
-      for (int i = 0; i < rm; ++i) {
-        const Span sp = sc.spans[t0 + (i0 + i) / rep];
-        blo = std::min(blo, sp.lo);
-        bhi = std::max(bhi, sp.hi);
-      }
-      const int64_t c0 = floor16(blo), c1 = ceil16(bhi);
-      float* s = sc.s.data();
-      const int64_t lds = ncol;
-      for (int64_t j = c0; j < c1; j += kAttRN * kLanes) {
-        const int rn = (int)std::min<int64_t>(kAttRN, (c1 - j) / kLanes);
-        kRows[rm - 1][rn - 1](sc.q.data() + i0 * D, D, sc.kt.data() + (j - k0), ncol, D, s + (j - c0), lds);
-      }
-      float l[kAttRM];
-      for (int i = 0; i < rm; ++i) {
-        const int64_t t = t0 + (i0 + i) / rep;
-        l[i] = softmax_row(s + i * lds, c0, c1, mask + (b * T + t) * S, sc.spans[t], scale, sc.packed.data());
-      }
-      for (int64_t d0 = 0; d0 < D; d0 += kAttRN * kLanes) {  // columns [blo, bhi): p from s[blo - c0]
-        const int rn = (int)std::min<int64_t>(kAttRN, (D - d0) / kLanes);
-        kRows[rm - 1][rn - 1](s + (blo - c0), lds, vh + blo * D + d0, D, bhi - blo, sc.o.data() + d0, D);
-      }
-      for (int i = 0; i < rm; ++i) {
-        const int64_t t = t0 + (i0 + i) / rep, h = g * rep + (i0 + i) % rep;
-        float* dst = out + (b * T + t) * H * D + h * D;
-        for (int64_t d = 0; d < D; ++d) dst[d] = sc.o[i * D + d] / l[i];
-      }
-    }
+  const int64_t rows = (grp.t1 - grp.t0) * rep, per_head = (rows + kAttRM - 1) / kAttRM;
+  const int64_t local = item - w.blocks[(size_t)gi], g = local / per_head, i0 = (local % per_head) * kAttRM;
+  const int rm = (int)std::min<int64_t>(kAttRM, rows - i0);
+  const int64_t b = grp.b, t0 = grp.t0, k0 = grp.k0, ncol = grp.ncol;
+  const float* kt = grp.kt + g * D * ncol;
+  const float* vh = c.v_cache + (b * Hkv + g) * S * D;
+  thread_local std::vector<float> q, s, o, packed;
+  q.resize((size_t)(kAttRM * D));
+  o.resize((size_t)(kAttRM * D));
+  s.resize((size_t)(kAttRM * ncol));
+  packed.resize((size_t)ncol);
+  // the block's queries: row i0 + i is head g * rep + r of token t0 + (i0 + i) / rep, roped
+  int64_t blo = S, bhi = 0;  // the block's column union
+  for (int i = 0; i < rm; ++i) {
+    const int64_t t = t0 + (i0 + i) / rep, r = (i0 + i) % rep;
+    rope(c.qkv + (b * T + t) * W + (g * rep + r) * D, c.cos + (b * T + t) * D, c.sin + (b * T + t) * D, D,
+         q.data() + i * D);
+    const Span sp = w.spans[b * T + t];
+    blo = std::min(blo, sp.lo);
+    bhi = std::max(bhi, sp.hi);
+  }
+  const int64_t c0 = floor16(blo), c1 = ceil16(bhi), lds = ncol;
+  for (int64_t j = c0; j < c1; j += kAttRN * kLanes) {
+    const int rn = (int)std::min<int64_t>(kAttRN, (c1 - j) / kLanes);
+    kRows[rm - 1][rn - 1](q.data(), D, kt + (j - k0), ncol, D, s.data() + (j - c0), lds);
+  }
+  float l[kAttRM];
+  for (int i = 0; i < rm; ++i) {
+    const int64_t t = t0 + (i0 + i) / rep;
+    l[i] = softmax_row(s.data() + i * lds, c0, c1, c.mask + (b * T + t) * S, w.spans[b * T + t], w.scale,
+                       packed.data());
+  }
+  for (int64_t d0 = 0; d0 < D; d0 += kAttRN * kLanes) {  // columns [blo, bhi): p from s[blo - c0]
+    const int rn = (int)std::min<int64_t>(kAttRN, (D - d0) / kLanes);
+    kRows[rm - 1][rn - 1](s.data() + (blo - c0), lds, vh + blo * D + d0, D, bhi - blo, o.data() + d0, D);
+  }
+  for (int i = 0; i < rm; ++i) {
+    const int64_t t = t0 + (i0 + i) / rep, h = g * rep + (i0 + i) % rep;
+    float* dst = c.out + (b * T + t) * H * D + h * D;
+    for (int64_t d = 0; d < D; ++d) dst[d] = o[i * D + d] / l[i];
   }
 }
 
@@ -674,7 +695,6 @@ int attention(const AttentionCall& c) {
   const int64_t* widx = c.write_idx;
   float* kc = c.k_cache;
   float* vc = c.v_cache;
-  const float scale = (float)(1.0 / std::sqrt((double)D));
 
   for (int64_t b = 0; b < B; ++b)  // all row indices first: a bad one writes nothing
     for (int64_t t = 0; t < T; ++t) {
@@ -682,12 +702,10 @@ int attention(const AttentionCall& c) {
       if (row < 0 || row >= S) return 5;
     }
 
-  thread_local Scratch sc;
-  sc.spans.resize((size_t)T);
-  sc.q.resize((size_t)(rep * T * D));
-  sc.o.resize((size_t)(kAttRM * D));
-  for (int64_t b = 0; b < B; ++b) {
-    // 1. new K (roped) and V rows into the cache, in place
+  // 1. new K (roped) and V rows into the cache, in place; each token's visible span
+  thread_local std::vector<Span> spans;
+  spans.resize((size_t)(B * T));
+  for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
       const int64_t row = widx[((b * Hkv) * T + t) * 3 + 2];
       const float* tok = qkv + (b * T + t) * W;
@@ -697,24 +715,40 @@ int attention(const AttentionCall& c) {
         rope(tok + (H + g) * D, cs, sn, D, kc + ((b * Hkv + g) * S + row) * D);
         std::memcpy(vc + ((b * Hkv + g) * S + row) * D, tok + (H + Hkv + g) * D, (size_t)D * sizeof(float));
       }
+      spans[(size_t)(b * T + t)] = visible_span(mask + (b * T + t) * S, S);
     }
-    // 2. each token's visible span
-    for (int64_t t = 0; t < T; ++t) sc.spans[t] = visible_span(mask + (b * T + t) * S, S);
-    // 3. groups of consecutive tokens whose spans overlap (one request's tree or chunk; the batch engine packs
-    //    several requests, each in its own cache region, into one call): keys are transposed and rows blocked
-    //    per group, so a call costs the sum of its groups' spans, not their union. Per-row numerics do not
-    //    depend on the grouping (see the header: blocking and column positions never matter).
+  // 2. groups of consecutive tokens whose spans overlap: a call costs the sum of its groups' spans, not their
+  //    union (per-row numerics do not depend on the grouping)
+  thread_local AttWork w;
+  thread_local std::vector<float> kt;
+  w.c = &c, w.spans = spans.data(), w.scale = (float)(1.0 / std::sqrt((double)D));
+  w.groups.clear(), w.pieces.assign(1, 0), w.blocks.assign(1, 0);
+  int64_t kt_size = 0;
+  for (int64_t b = 0; b < B; ++b)
     for (int64_t t0 = 0; t0 < T;) {
-      int64_t jlo = sc.spans[t0].lo, jhi = sc.spans[t0].hi, t1 = t0 + 1;
-      while (t1 < T && sc.spans[t1].lo < jhi && sc.spans[t1].hi > jlo) {
-        jlo = std::min(jlo, sc.spans[t1].lo);
-        jhi = std::max(jhi, sc.spans[t1].hi);
+      const Span* sp = spans.data() + b * T;
+      int64_t jlo = sp[t0].lo, jhi = sp[t0].hi, t1 = t0 + 1;
+      while (t1 < T && sp[t1].lo < jhi && sp[t1].hi > jlo) {
+        jlo = std::min(jlo, sp[t1].lo);
+        jhi = std::max(jhi, sp[t1].hi);
         ++t1;
       }
-      attend_group(c, b, t0, t1, jlo, jhi, scale, sc);
+      const int64_t k0 = floor16(jlo), ncol = ceil16(jhi) - k0;
+      w.groups.push_back({b, t0, t1, jlo, jhi, k0, ncol, nullptr});
+      w.pieces.push_back(w.pieces.back() + Hkv * ((ncol + kTransposeCols - 1) / kTransposeCols));
+      w.blocks.push_back(w.blocks.back() + Hkv * (((t1 - t0) * rep + kAttRM - 1) / kAttRM));
+      kt_size += Hkv * D * ncol;
       t0 = t1;
     }
+  kt.resize((size_t)kt_size);
+  float* next = kt.data();
+  for (AttGroup& grp : w.groups) {
+    grp.kt = next;
+    next += Hkv * D * grp.ncol;
   }
+  // 3. the keys transposed, then every row block, each phase spread over the kernel pool
+  mse::parallel_for(w.pieces.back(), transpose_item, &w);
+  mse::parallel_for(w.blocks.back(), rows_item, &w);
   return 0;
 }
 

@@ -77,6 +77,10 @@ struct AttentionCall {
 };
 int attention_forward(const AttentionCall& c);
 
+// fn(ctx, item) for every item in [0, n) on the kernel pool (linear.cc: the caller and MSE_KERNEL_THREADS - 1
+// workers); returns when all are done. An item's result must not depend on which thread runs it.
+void parallel_for(int64_t n, void (*fn)(const void* ctx, int64_t item), const void* ctx);
+
 // One linear call's work, cut into chunks of whole 16-column panels (linear.cc's pool hands them out).
 struct LinearJob {
   int64_t M, K, N, np, chunk, nchunks;  // chunk = panels per work item

@@ -66,7 +66,14 @@ inline void cpu_relax() {
 #endif
 }
 
-void run_chunk_into_y(const Job& c, int64_t item) { mse::isa().linear_chunk(c, item); }
+// One piece of work the pool hands out: fn(ctx, item) for item in [0, n). ctx lives until run() returns.
+struct Task {
+  void (*fn)(const void* ctx, int64_t item);
+  const void* ctx;
+  int64_t n;
+};
+
+void linear_item(const void* ctx, int64_t item) { mse::isa().linear_chunk(*static_cast<const Job*>(ctx), item); }
 
 // ---------------------------------------------------------------------------------------------------------
 // A tiny persistent thread pool. The caller posts a job and works on it too; workers spin briefly, then sleep
@@ -95,22 +102,22 @@ class Pool {
 
   std::atomic<int64_t> worker_chunks{0};  // chunks computed by workers since the pool started
 
-  // Runs every chunk of `job` and returns when all are done. A concurrent or re-entrant call runs its job on
-  // the calling thread alone (same results: a column's value does not depend on who computes it).
-  void run(const Job& job) {
+  // Runs every item of `task` and returns when all are done. A concurrent or re-entrant call runs its task on
+  // the calling thread alone (same results: an item's value does not depend on who computes it).
+  void run(const Task& task) {
     std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
-    if (!lock.owns_lock() || workers_.empty() || job.nchunks < 2) {
-      for (int64_t i = 0; i < job.nchunks; ++i) run_chunk_into_y(job, i);
+    if (!lock.owns_lock() || workers_.empty() || task.n < 2 || task.n > kMaxChunks) {
+      for (int64_t i = 0; i < task.n; ++i) task.fn(task.ctx, i);
       return;
     }
-    job_ = job;
+    job_ = task;
     done_.store(0, std::memory_order_relaxed);
     const uint64_t epoch = ++epoch_count_ & kEpochMask;
-    state_.store(epoch << 40 | (uint64_t)job.nchunks << 20, std::memory_order_release);
+    state_.store(epoch << 40 | (uint64_t)task.n << 20, std::memory_order_release);
     wake_.fetch_add(1, std::memory_order_release);
     if (sleepers_.load(std::memory_order_acquire) > 0) futex(&wake_, FUTEX_WAKE_PRIVATE, INT32_MAX);
     work(epoch, false);
-    while (done_.load(std::memory_order_acquire) != job.nchunks) cpu_relax();
+    while (done_.load(std::memory_order_acquire) != task.n) cpu_relax();
   }
 
  private:
@@ -136,7 +143,7 @@ class Pool {
     for (;;) {
       if ((s >> 40) != epoch || (s & kField) >= ((s >> 20) & kField)) return;
       if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-      run_chunk_into_y(job_, (int64_t)(s & kField));  // job_ is stable: the caller waits for this chunk
+      job_.fn(job_.ctx, (int64_t)(s & kField));  // job_ is stable: the caller waits for this item
       if (worker) worker_chunks.fetch_add(1, std::memory_order_relaxed);
       done_.fetch_add(1, std::memory_order_release);
       s = state_.load(std::memory_order_acquire);
@@ -163,7 +170,7 @@ class Pool {
 
   std::mutex mu_;
   std::vector<std::thread> workers_;
-  Job job_{};
+  Task job_{};
   uint64_t epoch_count_ = 0;
   std::atomic<uint64_t> state_{0};
   std::atomic<int64_t> done_{0};
@@ -313,7 +320,11 @@ void mse::linear_forward(const LinearCall& call) {
     c.x = a;
     c.wf = static_cast<const float*>(call.w);
   }
-  Pool::get().run(c);
+  Pool::get().run(Task{linear_item, &c, c.nchunks});
+}
+
+void mse::parallel_for(int64_t n, void (*fn)(const void* ctx, int64_t item), const void* ctx) {
+  Pool::get().run(Task{fn, ctx, n});
 }
 
 extern "C" {
