@@ -15,6 +15,8 @@ Pipeline (each step resumable, each a module):
     export.py   the head in the public EAGLE-3 format (config.json + model.safetensors), atomically
     identity.py which teacher, data and recipe a data or run directory belongs to (identity.json): a rerun
                 with another is refused instead of mixing the two
+    train_config.py  DataConfig (data.py's settings) and TrainConfig (trainer.py's): a recipe file's two sections
+                (configs/train/*.json), one flag per field
 
 Terms. *Position* p: index into one training sequence (prompt + teacher answer). *Entry* i: the draft's
 input pair (token at p = i + 1, teacher features at p = i) -- EAGLE's shift, the same as

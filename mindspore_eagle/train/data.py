@@ -5,7 +5,8 @@ teacher (greedy). The prompt set (``--prompts``) is ``train.prompts`` (nine cate
 second turn asked after the teacher's own first answer; the default), the user turns of ShareGPT
 (``train.sharegpt``: up to two per conversation, later ones likewise asked after the teacher's answers) or a mix
 of the two (``--sharegpt-fraction``); generation is ``train.batch_greedy`` (continuous batching, top-k in the
-graph). Evaluation turns are never a source (``train.overlap``, ``tests/test_train_overlap.py``).
+graph). Evaluation turns are never a source (``train.overlap``, ``tests/test_train_overlap.py``). The settings are
+``train_config.DataConfig``'s: its flags, or the ``"data"`` section of a recipe file (``--config``, ``configs/train/``).
 
 Shards (``shard_XXXXX.npz`` in ``out_dir``, written atomically, then listed in ``manifest.jsonl``). For
 sequence j with ``N_j`` tokens (prompt of ``P_j`` plus answer) the shard concatenates over sequences:
@@ -633,39 +634,21 @@ def run_generation(model_dir: str, out_dir: str, items: list, tokenizer, batch_s
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
+    """``python -m mindspore_eagle.train.data [--config RECIPE] [--FIELD VALUE ...]`` (``train_config.DataConfig``)."""
     from ..storage.assets import default_model_dir
+    from .train_config import DataConfig, build_data_parser
 
-    ap = argparse.ArgumentParser(description="Generate teacher answers + features for draft-head training")
-    ap.add_argument("--teacher", default=None, help="converted teacher dir (default: the default teacher)")
-    ap.add_argument("--out", default=None,
-                    help="data directory (default: HOME/train_data/<teacher name>-<its content fingerprint>)")
-    ap.add_argument("--num-conversations", type=int, default=None, help="first N of the set (default: all)")
-    ap.add_argument("--per-category", type=int, default=2500, help="conversations per category in the set")
-    ap.add_argument("--no-second-turns", action="store_true")
-    ap.add_argument("--prompts", default="synthetic",
-                    help="prompt set: synthetic (default), sharegpt (its user turns) or mix (see --sharegpt-fraction)")
-    ap.add_argument("--sharegpt-fraction", type=float, default=None,
-                    help="with --prompts mix: the share of ShareGPT conversations, in (0, 1) (default 0.75)")
-    ap.add_argument("--batch-size", type=int, default=128)
-    ap.add_argument("--max-new-tokens", type=int, default=192)
-    ap.add_argument("--max-prompt-tokens", type=int, default=160)
-    ap.add_argument("--topk", type=int, default=32)
-    ap.add_argument("--time-limit", type=float, default=None, help="stop (resumably) after this many seconds")
-    ap.add_argument("--max-answer-tokens", type=int, default=None,
-                    help="stop (resumably) once the directory holds this many answer tokens")
-    a = ap.parse_args(argv)
+    ns = build_data_parser().parse_args(argv)
     try:
-        teacher = a.teacher or default_model_dir()
+        c = DataConfig.from_args(ns)
+        teacher = c.teacher or default_model_dir()
         if not os.path.isdir(teacher):
             raise ConfigError(f"teacher {teacher}: no such directory; pass --teacher DIR (a converted teacher)")
-        a.out = a.out or default_data_dir(teacher)
-        n = generate_dataset(teacher, a.out, a.num_conversations, a.batch_size,
-                             a.max_new_tokens, a.max_prompt_tokens, a.topk, time_limit_s=a.time_limit,
-                             per_category=a.per_category, second_turns=not a.no_second_turns,
-                             max_answer_tokens=a.max_answer_tokens, prompts=a.prompts,
-                             sharegpt_fraction=a.sharegpt_fraction)
+        out = c.out or default_data_dir(teacher)
+        n = generate_dataset(teacher, out, c.num_conversations, c.batch_size, c.max_new_tokens, c.max_prompt_tokens,
+                             c.topk, time_limit_s=c.time_limit, per_category=c.per_category,
+                             second_turns=c.second_turns, max_answer_tokens=c.max_answer_tokens, prompts=c.prompts,
+                             sharegpt_fraction=c.sharegpt_fraction)
     except KeyboardInterrupt:
         return 130
     except EagleError as exc:  # as the mindspore-eagle CLI: one line, exit 2, no traceback
@@ -674,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # disk full, read-only: the shards written so far are whole and listed; rerun resumes
         print(f"error: {exc} (the data written so far is complete; free space and rerun to resume)", file=sys.stderr)
         return 2
-    print(f"{n} conversations in {a.out}")
+    print(f"{n} conversations in {out}")
     return 0
 
 

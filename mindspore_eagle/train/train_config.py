@@ -1,27 +1,35 @@
-"""``TrainConfig``: one frozen object for a ``train-draft`` run, validated where it enters, the recipe's values as
-its defaults.
+"""``TrainConfig`` and ``DataConfig``: one frozen object for a ``train-draft`` run and one for a data generation run
+(``python -m mindspore_eagle.train.data``), the recipe's values as their defaults.
 
 Where the values come from, later ones winning: the field defaults (the shipped head's recipe: 3 TTT steps, held-out
-every 50 steps on 128 sequences, patience 4, prompt positions trained, ...), then a JSON file (``--config FILE``:
-field names as keys, an unknown key refused by name; ``configs/train/`` holds the recipe's), then the command-line
-flags the user typed. Every field has one flag (``--ttt-steps`` for ``ttt_steps``; booleans ``--prompt-loss`` /
-``--no-prompt-loss``), generated from the fields, so a new field cannot be forgotten by the parser.
+every 50 steps on 128 sequences, patience 4, prompt positions trained, ...; the synthetic prompt set answered at
+B=128), then a recipe file (``--config FILE``, the same file for both commands; ``configs/train/`` holds the
+recipes), then the command-line flags the user typed. Every field has one flag (``--ttt-steps`` for ``ttt_steps``;
+booleans ``--prompt-loss`` / ``--no-prompt-loss``), generated from the fields, so a new field cannot be forgotten by
+the parser.
 
-Validation is the one ``check``: a value that would crash the run later (a zero evaluation interval, no TTT step, a
-non-positive clip norm) or silently train garbage (a NaN or negative learning rate exports a NaN head) is a
-``ConfigError`` naming the flag, the value and what is allowed -- before anything is read, loaded or written.
+A recipe file is a JSON object of two optional sections, ``"data"`` (DataConfig's fields) and ``"train"``
+(TrainConfig's); keys starting with ``_`` are comments, and an unknown section or key is refused by name::
+
+    {"_comment": "...", "data": {"prompts": "mix", "max_answer_tokens": 2200000}, "train": {"lr": 5e-5}}
+
+Validation: TrainConfig's is the one ``check``: a value that would crash the run later (a zero evaluation interval,
+no TTT step, a non-positive clip norm) or silently train garbage (a NaN or negative learning rate exports a NaN head)
+is a ``ConfigError`` naming the flag, the value and what is allowed -- before anything is read, loaded or written.
+DataConfig checks only its types here; its ranges are ``data.check_generation_args``'s, where the teacher is known
+(top-k against its vocabulary, the caches against its positions and this machine's memory).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import ConfigError
+from ..fields import is_int, is_real, read_config_json
 
 
 @dataclass(frozen=True)
@@ -112,35 +120,85 @@ class TrainConfig:
         if self.vocab_from_head and not self.init_head:
             raise ConfigError("--vocab-from-head needs --init-head")
 
-    # ----- the command line and files ---------------------------------------------------------------------------
-    @classmethod
-    def from_mapping(cls, d: Mapping[str, Any], where: str) -> "TrainConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {unknown}; expected some of {sorted(known)}")
-        return cls(**dict(d))
-
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> "TrainConfig":
-        """Field defaults, then ``--config``'s file, then the flags given (argparse defaults are ``None``: a flag
-        left out keeps the file's or the field's value)."""
-        values: dict[str, Any] = {}
-        if ns.config:
-            try:
-                with open(ns.config, encoding="utf-8") as f:
-                    values = json.load(f)
-            except (OSError, ValueError) as exc:
-                raise ConfigError(f"--config {ns.config}: not a readable JSON object ({exc})") from None
-            if not isinstance(values, dict):
-                raise ConfigError(f"--config {ns.config}: expected a JSON object of TrainConfig fields")
-            values = {k: v for k, v in values.items() if not k.startswith("_")}  # "_comment" keys
-            unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
-            if unknown:
-                raise ConfigError(f"--config {ns.config}: unknown key(s) {unknown}; the keys are TrainConfig's "
-                                  "fields (train-draft --help)")
-        given = {f.name: getattr(ns, f.name) for f in dataclasses.fields(cls) if getattr(ns, f.name) is not None}
-        return cls.from_mapping({**values, **given}, "train-draft")
+        """Field defaults, then the ``"train"`` section of ``--config``'s file, then the flags given."""
+        return config_from_args(cls, ns, "train")
+
+
+TYPES = {"int": (is_int, "an integer"), "float": (is_real, "a number"),
+         "bool": (lambda v: isinstance(v, bool), "true or false"), "str": (lambda v: isinstance(v, str), "a string")}
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """A data generation run (module docstring). Paths: ``out`` the data directory (default: the teacher's own,
+    ``data.default_data_dir``); ``teacher`` the converted teacher (default: the default teacher)."""
+
+    out: str | None = None
+    teacher: str | None = None
+    prompts: str = "synthetic"
+    sharegpt_fraction: float | None = None
+    per_category: int = 2500
+    second_turns: bool = True
+    num_conversations: int | None = None
+    max_answer_tokens: int | None = None
+    time_limit: float | None = None
+    batch_size: int = 128
+    max_new_tokens: int = 192
+    max_prompt_tokens: int = 160
+    topk: int = 32
+
+    def __post_init__(self) -> None:
+        """ConfigError naming the flag for a value of another type (a recipe file's ``"batch_size": "128"``)."""
+        for f in dataclasses.fields(self):
+            value, kind = getattr(self, f.name), str(f.type)  # "int", "int | None", ...
+            if value is None and kind.endswith("| None"):
+                continue
+            is_kind, what = TYPES[kind.split(" ")[0]]
+            if not is_kind(value):
+                raise ConfigError(f"{flag(f.name)} {value!r}: must be {what}")
+
+    @classmethod
+    def from_args(cls, ns: argparse.Namespace) -> "DataConfig":
+        """Field defaults, then the ``"data"`` section of ``--config``'s file, then the flags given."""
+        return config_from_args(cls, ns, "data")
+
+
+# ----- the command line and recipe files --------------------------------------------------------------------------
+SECTIONS = {"data": DataConfig, "train": TrainConfig}  # a recipe file's sections (module docstring)
+
+
+def read_recipe(path: str, section: str) -> dict[str, Any]:
+    """The ``section`` of recipe file ``path`` (module docstring) as a dict of its config's fields, comments dropped;
+    ConfigError naming the file for an unknown section or key."""
+    recipe = _uncommented(read_config_json(path), path)
+    unknown = sorted(set(recipe) - set(SECTIONS))
+    if unknown:
+        raise ConfigError(f"--config {path}: unknown section(s) {unknown}; a recipe file holds 'data' (the fields of "
+                          "DataConfig: python -m mindspore_eagle.train.data --help) and 'train' (TrainConfig: "
+                          "mindspore-eagle train-draft --help)")
+    values = _uncommented(recipe.get(section, {}), f"{path} section '{section}'")
+    cls = SECTIONS[section]
+    unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        raise ConfigError(f"--config {path}: unknown key(s) {unknown} in section '{section}'; its keys are "
+                          f"{cls.__name__}'s fields")
+    return values
+
+
+def _uncommented(d: Any, where: str) -> dict[str, Any]:
+    if not isinstance(d, dict):
+        raise ConfigError(f"--config {where}: expected a JSON object, got {type(d).__name__}")
+    return {k: v for k, v in d.items() if not k.startswith("_")}  # "_comment" keys
+
+
+def config_from_args(cls, ns: argparse.Namespace, section: str):
+    """``cls`` from the field defaults, then ``section`` of ``ns.config``'s file, then the flags given (argparse
+    defaults are ``None``: a flag left out keeps the file's or the field's value)."""
+    values = read_recipe(ns.config, section) if ns.config else {}
+    given = {f.name: getattr(ns, f.name) for f in dataclasses.fields(cls) if getattr(ns, f.name) is not None}
+    return cls(**{**values, **given})
 
 
 DTYPES = ("float16", "float32")
@@ -176,6 +234,22 @@ HELP = {
                  "run (only the trainer's own files there are removed)",
 }
 
+DATA_HELP = {
+    "out": "data directory (default: HOME/train_data/<teacher name>-<its content fingerprint>)",
+    "teacher": "converted teacher dir (default: the default teacher)",
+    "prompts": "prompt set: synthetic, sharegpt (its user turns) or mix (see --sharegpt-fraction)",
+    "sharegpt_fraction": "with --prompts mix: the share of ShareGPT conversations, in (0, 1) (default 0.75)",
+    "per_category": "conversations per category in the synthetic set",
+    "second_turns": "ask a conversation's second turn after the teacher's first answer (--no-second-turns: first "
+                    "turns only)",
+    "num_conversations": "first N of the set (default: all)",
+    "max_answer_tokens": "stop (resumably) once the directory holds this many answer tokens",
+    "time_limit": "stop (resumably) after this many seconds",
+    "batch_size": "conversations generated at once (continuous batching slots)",
+    "max_new_tokens": "answer tokens per turn at most",
+    "max_prompt_tokens": "first turns longer than this are left out",
+    "topk": "teacher logits stored per position (the soft target)",
+}
 
 def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
@@ -192,16 +266,31 @@ def parse_buckets(text: str) -> tuple[int, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """One flag per ``TrainConfig`` field (its default shown from the field), plus ``--config FILE``."""
-    ap = argparse.ArgumentParser(prog="mindspore-eagle train-draft",
-                                 description="Train an EAGLE-3 draft head for a teacher (MindSpore, TTT objective). "
-                                             "Values: the defaults below, then --config FILE, then the flags given.")
-    ap.add_argument("--config", default=None, help="JSON file of TrainConfig fields (configs/train/*.json)")
-    for f in dataclasses.fields(TrainConfig):
+    """``train-draft``'s parser: one flag per ``TrainConfig`` field, plus ``--config FILE``."""
+    return _field_parser(TrainConfig, HELP, "mindspore-eagle train-draft",
+                         "Train an EAGLE-3 draft head for a teacher (MindSpore, TTT objective). Values: the defaults "
+                         "below, then the 'train' section of --config FILE, then the flags given.")
+
+
+def build_data_parser() -> argparse.ArgumentParser:
+    """The data generator's parser: one flag per ``DataConfig`` field, plus ``--config FILE``."""
+    return _field_parser(DataConfig, DATA_HELP, "python -m mindspore_eagle.train.data",
+                         "Generate teacher answers + features for draft-head training. Values: the defaults below, "
+                         "then the 'data' section of --config FILE, then the flags given.")
+
+
+def _field_parser(cls, helps: dict[str, str], prog: str, description: str) -> argparse.ArgumentParser:
+    """One flag per field of ``cls`` (its default shown from the field, argparse default ``None``), plus
+    ``--config FILE``."""
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap.add_argument("--config", default=None, help="recipe file (JSON: 'data' and 'train' sections; "
+                                                   "configs/train/*.json)")
+    for f in dataclasses.fields(cls):
         default = f.default
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-        text = HELP.get(f.name, "")
-        text = f"{text} (default {shown})" if text else f"default {shown}"
+        text = helps.get(f.name, "")
+        if shown not in (None, ""):  # an unset default is described by the help text
+            text = f"{text} (default {shown})" if text else f"default {shown}"
         if f.type in ("bool", bool):
             ap.add_argument(flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=text)
             continue
@@ -215,4 +304,4 @@ def _finite(value) -> bool:
         math.isfinite(value)
 
 
-__all__ = ["TrainConfig", "build_parser", "parse_buckets"]
+__all__ = ["DataConfig", "TrainConfig", "build_data_parser", "build_parser", "parse_buckets", "read_recipe"]
