@@ -76,6 +76,7 @@ class KernelClock:
 
 
 def load_teachers(model_dir: str, max_len: int, tokens: tuple[int, ...], skip_mindspore: bool) -> dict:
+    from mindspore_eagle.compute import ComputeChoice
     from mindspore_eagle.runtime import RuntimeConfig
     from mindspore_eagle.kernels import MatmulChoice
     from mindspore_eagle.teacher import Teacher
@@ -89,7 +90,7 @@ def load_teachers(model_dir: str, max_len: int, tokens: tuple[int, ...], skip_mi
                 "custom_bf16": (MatmulChoice("custom", "bfloat16"), "dense")}
     if not skip_mindspore:
         variants = {"mindspore": (MatmulChoice(), "dense"), **variants}
-    return {name: Teacher.load(model_dir, runtime(weights), matmul=choice)
+    return {name: Teacher.load(model_dir, runtime(weights), ComputeChoice(matmul=choice))
             for name, (choice, weights) in variants.items()}
 
 

@@ -62,7 +62,7 @@ def worker_ours(dtype: str, new_tokens: int) -> dict:
         ms_tok.append((r.total_s - r.ttft_s) / max(len(r.tokens) - 1, 1) * 1000)
         tokens.append(list(r.tokens))
     return {"ms_per_token": ms_tok, "tokens": tokens, "warmup_s": warmup,
-            "matmul": f"{teacher.matmul.backend}/{teacher.matmul.dtype}"}
+            "matmul": f"{teacher.compute.matmul.backend}/{teacher.compute.matmul.dtype}"}
 
 
 def worker_hf(dtype: str, new_tokens: int, threads: int) -> dict:

@@ -1,4 +1,5 @@
-"""The one place that chooses between the reference and the fused attention op.
+"""The two attention cores, reference and fused, and the rule between them; ``compute.choose`` is the one place
+that applies it (with the matmul choice).
 
 ``CachedAttention`` (teacher and draft head) scatters the new K/V into its static cache and then asks the
 *attention core* built here for ``softmax(q k^T * scale + mask) v`` over the cache rows ``[0, S)``: the whole
@@ -10,7 +11,7 @@ cache, or the context bucket the mask is as wide as (``CachedAttention``). Two c
   ``rep = H / Hkv`` query heads sharing a KV head are folded into rows, ``[B, H, T, D] -> [B, Hkv, rep*T, D]``.
 * ``FusedAttention`` -- Ascend only, graph mode: one call of MindSpore's fused infer attention op.
 
-Backend per (device, exec mode), ``select_backend``:
+Backend per (device, exec mode), ``select_backend`` (called by ``compute.choose`` only):
 
     CPU,    reference | performance  -> "reference"   (no fused attention kernel exists on CPU)
     Ascend, performance (graph)      -> "fused"
@@ -47,11 +48,11 @@ convention every host builder in ``tree.mask`` produces); the fused core turns i
 that already ships the uint8/bool form passes straight through: the mask dtype is a compile-time constant, so the
 choice costs nothing at run time.
 
-Cores are chosen when a ``CachedAttention`` is *built*, from the ``AttentionChoice`` it is given: the one
-builder (``mindspore_eagle.app.build``) gets it from ``deploy.prepare`` and passes the same choice to the teacher and
-to the draft head; nothing is read from ambient state. Not verifiable here (no NPU): the op's numerics, its
-speed, and that the two branches (T == 1 and T > 1) round identically, which greedy-vs-speculative equality on
-Ascend needs.
+Cores are chosen when a ``CachedAttention`` is *built*, from the ``AttentionChoice`` of the ``compute.ComputeChoice``
+it is given: the one builder (``mindspore_eagle.app.build``) gets it from ``deploy.prepare`` (``compute.choose``)
+and passes the same choice to the teacher and to the draft head; nothing is read from ambient state. Not verifiable
+here (no NPU): the op's numerics, its speed, and that the two branches (T == 1 and T > 1) round identically, which
+greedy-vs-speculative equality on Ascend needs.
 A report to check first on hardware: vllm-ascend issue #15503 (torch_npu, paged KV with ``block_table``) found
 the T == 1 branch ignoring a ``[1, 1, 1, S]`` bool mask past KV position 512; our decode mask has exactly that
 shape for B == 1 (no paging here, so it may not apply).
@@ -180,7 +181,7 @@ def make_core(num_heads: int, num_kv_heads: int, head_dim: int, choice: Attentio
         if target != "Ascend":
             raise ConfigError(f"attention backend 'fused' calls ops.fused_infer_attention_score, an Ascend-only "
                               f"kernel, but MindSpore's device target is {target!r}; use backend 'reference' "
-                              "(select_backend('CPU', ...)) or deploy on Ascend (mindspore_eagle.deploy)")
+                              "(compute.choose on a CPU runtime) or deploy on Ascend (mindspore_eagle.deploy)")
     return FusedAttention(num_heads, num_kv_heads, head_dim, choice.compute_dtype, choice.op)
 
 

@@ -7,7 +7,7 @@ What ``--device Ascend`` means here (``attention`` holds the op's contract):
   ``require_ascend`` raises one ``ConfigError`` naming the device and what was found -- never a crash deep in
   MindSpore's device loader.
 * **graph mode only** -- ``exec_mode="performance"`` (the Teacher compiles with ``ms.jit``); the fused core is
-  chosen only there (``attention.select_backend``). PyNative "reference" stays the CPU check path.
+  chosen only there (``compute.choose``). PyNative "reference" stays the CPU check path.
 * **static shapes within the op's limits** -- every speculative round (tree verification, draft growth
   level) sends at most ``max_query_tokens`` query tokens (default 16, the limit vllm-ascend documents for the
   fused infer attention op in decode), so the bound on a step's tree (``DraftingConfig.max_nodes``), its
@@ -17,9 +17,9 @@ What ``--device Ascend`` means here (``attention`` holds the op's contract):
   ``MS_COMPILER_CACHE_PATH`` persist compiled graphs across processes, one subdirectory per rank (one graph
   per bucket; clear the directory when model code changes).
 
-``prepare`` does all of it and returns the ``AttentionChoice`` that ``mindspore_eagle.app.build`` passes to the teacher
-and the draft head (fused on Ascend, primitives on CPU). ``python -m mindspore_eagle.deploy check ...`` validates a
-plan (and, with ``--probe``, this machine).
+``prepare`` does all of it and returns the ``compute.ComputeChoice`` (``compute.choose``: attention fused on Ascend,
+primitives on CPU; the matmul) that ``mindspore_eagle.app.build`` passes to the teacher and the draft head.
+``python -m mindspore_eagle.deploy check ...`` validates a plan (and, with ``--probe``, this machine).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from . import attention
+from . import attention, compute
 from .runtime import Buckets, RuntimeConfig
 from .teacher_config import TeacherConfig
 from .drafting import add_drafting_flags, drafting_from_args
@@ -183,12 +183,12 @@ def enable_compile_cache(path: str) -> str:
 
 
 def prepare(runtime: RuntimeConfig, drafting=None, teacher_cfg: TeacherConfig | None = None,
-            deployment: AscendDeployment | None = None, draft_cfg=None) -> attention.AttentionChoice:
-    """Validate, set the device and compile cache, and return the attention choice the Cells must be built with.
-    The plan is checked before the device is looked for: a plan the op cannot run is wrong on any machine."""
-    backend = attention.select_backend(runtime.device, runtime.exec_mode)
+            deployment: AscendDeployment | None = None, draft_cfg=None) -> compute.ComputeChoice:
+    """Validate, set the device and compile cache, and return the ``ComputeChoice`` the Cells must be built with
+    (``compute.choose``). The plan is checked before the device is looked for: a plan the op cannot run is wrong on
+    any machine."""
     if runtime.device != "Ascend":
-        return attention.AttentionChoice(backend)
+        return compute.choose(runtime)
     deployment = deployment or AscendDeployment()
     check_plan(runtime, drafting, teacher_cfg, deployment, draft_cfg)
     require_ascend()
@@ -207,7 +207,7 @@ def prepare(runtime: RuntimeConfig, drafting=None, teacher_cfg: TeacherConfig | 
     except Exception as exc:
         raise ConfigError(f"device 'Ascend' (device_id={device_id}) could not be selected: {type(exc).__name__}: "
                           f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
-    return attention.AttentionChoice(backend, deployment.compute_dtype)
+    return compute.choose(runtime, deployment)
 
 
 # ----- command line ---------------------------------------------------------------------------------------

@@ -34,12 +34,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .attention import AttentionChoice
+from .compute import ComputeChoice, choose
 from .storage.checkpoint import CKPT_NAME, load_strict
 from .runtime import RuntimeConfig
 from .teacher_config import TeacherConfig
 from .errors import CacheCapacityError, ConfigError
-from .kernels import MatmulChoice, check_packed, matmul_for, pack_weights, select_matmul
+from .kernels import MatmulChoice, check_packed, pack_weights
 from .models.outputs import GreedyOutputs
 from .models.pangu import PanguForCausalLM
 from .tree.inputs import ForwardInputs
@@ -115,21 +115,19 @@ def native_blocks(model_dir: str, weights: str, matmul: MatmulChoice) -> dict:
 class Teacher:
     """A teacher Cell bound to a runtime: ``forward(ForwardInputs)`` runs one static-shape forward.
 
-    ``attention`` is the attention core of every layer (``attention.AttentionChoice``; the builder passes the one
-    ``deploy.prepare`` picked); a draft head drafting for this teacher is built with the same choice. ``matmul``
-    picks the Linear implementation (``kernels.MatmulChoice``); the bare constructor defaults to MindSpore's MatMul
-    (a caller that sets weights itself and asks for a custom kernel calls ``kernels.pack_weights`` afterwards),
-    ``load`` to the runtime's choice.
+    ``compute`` (``compute.ComputeChoice``: the attention core of every layer and the Linears' matmul; the builder
+    passes the one ``deploy.prepare`` picked) is kept as ``teacher.compute``: a draft head drafting for this teacher
+    is built with the same choice. The bare constructor defaults to primitives and MindSpore's MatMul (a caller
+    that sets weights itself and asks for a custom kernel calls ``kernels.pack_weights`` afterwards), ``load`` to
+    the runtime's choice (``compute.choose``).
     """
 
-    def __init__(self, cfg: TeacherConfig, runtime: RuntimeConfig, attention: AttentionChoice = AttentionChoice(),
-                 matmul: MatmulChoice | None = None):
+    def __init__(self, cfg: TeacherConfig, runtime: RuntimeConfig, compute: ComputeChoice = ComputeChoice()):
         setup_mindspore(runtime.device)
         self.cfg = cfg
         self.runtime = runtime
-        self.attention = attention
-        self.matmul = matmul or MatmulChoice()
-        self.cell = PanguForCausalLM(cfg, runtime.batch_size, runtime.max_cache_len, attention, matmul)
+        self.compute = compute
+        self.cell = PanguForCausalLM(cfg, runtime.batch_size, runtime.max_cache_len, compute)
         self._packed_checked = False
         self._fns = {LOGITS: runtime.exec_mode.compile(self.cell),
                      ARGMAX: runtime.exec_mode.compile(GreedyOutputs(self.cell))}
@@ -140,16 +138,17 @@ class Teacher:
         self.weights = "dense"  # which weights the kernels read: "native" (quantized blocks) or "dense" (load sets it)
 
     @classmethod
-    def load(cls, model_dir: str, runtime: RuntimeConfig | None = None,
-             attention: AttentionChoice = AttentionChoice(), matmul: MatmulChoice | None = None) -> "Teacher":
-        """Load a converted model directory (``config.json`` + ``weights.safetensors``), strictly. The Linears use
-        ``matmul`` if given, else the runtime's ``dtype`` / ``matmul`` (``kernels.matmul_for``: the custom
-        batch-invariant kernel where it runs); custom kernels are packed once the weights are read."""
+    def load(cls, model_dir: str, runtime: RuntimeConfig | None = None, compute: ComputeChoice | None = None
+             ) -> "Teacher":
+        """Load a converted model directory (``config.json`` + ``weights.safetensors``), strictly. It computes as
+        ``compute`` says if given (a custom matmul that cannot run here falls back to MindSpore's with a message:
+        ``ComputeChoice.runnable``), else as the runtime says (``compute.choose``: the custom batch-invariant kernels
+        where they run); custom kernels are packed once the weights are read."""
         runtime = runtime or RuntimeConfig()
         cfg = TeacherConfig.load(model_dir)
-        matmul = select_matmul(matmul) if matmul is not None else matmul_for(runtime)
-        native = native_blocks(model_dir, runtime.weights, matmul)  # refused here, before anything is built
-        teacher = cls(cfg, runtime, attention, matmul)
+        compute = compute.runnable() if compute is not None else choose(runtime)
+        native = native_blocks(model_dir, runtime.weights, compute.matmul)  # refused here, before anything is built
+        teacher = cls(cfg, runtime, compute)
         load_strict(teacher.cell.weight_parameters(), os.path.join(model_dir, CKPT_NAME))
         pack_weights(teacher.cell, native)
         teacher.weights = "native" if native else "dense"

@@ -21,6 +21,7 @@ import pytest
 from mindspore import Tensor, nn
 
 from mindspore_eagle import attention, deploy
+from mindspore_eagle.compute import ComputeChoice
 from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.teacher_config import TeacherConfig
 from mindspore_eagle.draft_config import TreeBudget
@@ -207,19 +208,18 @@ def tiny_pair(tmp_path_factory):
 def test_teacher_on_emulated_fused_attention_is_lossless_and_close_to_reference(tiny_pair):
     from mindspore_eagle.draft import load_proposer
     from mindspore_eagle.engine import SpeculativeEngine
-    from mindspore_eagle.kernels import MatmulChoice
     from mindspore_eagle.teacher import Teacher
 
     teacher_dir, head_dir = tiny_pair
     runtime = RuntimeConfig(max_cache_len=64, exec_mode="reference", buckets=(1, 8, 16), prefill_chunk=8)
     budget = TreeBudget(max_nodes=6, depth=2, top_k=3)  # PyNative (the emulated op is Python): keep it small
     fused = attention.AttentionChoice(attention.FUSED, op=emulated_fused_infer_attention_score)
-    fused_teacher = Teacher.load(teacher_dir, runtime, fused)
-    proposer = load_proposer(head_dir, fused_teacher, budget)  # the head takes the teacher's attention choice
+    fused_teacher = Teacher.load(teacher_dir, runtime, ComputeChoice(fused))
+    proposer = load_proposer(head_dir, fused_teacher, budget)  # the head takes the teacher's compute choice
     layer = fused_teacher.cell.model.layers[0].self_attn
     assert isinstance(layer.core, attention.FusedAttention) and layer.k_cache.dtype == ms.float16
     assert isinstance(proposer.head.midlayer.self_attn.core, attention.FusedAttention)
-    ref_teacher = Teacher.load(teacher_dir, runtime, matmul=MatmulChoice())  # the primitive reference path
+    ref_teacher = Teacher.load(teacher_dir, runtime, ComputeChoice())  # the primitive reference path
     assert isinstance(ref_teacher.cell.model.layers[0].self_attn.core, attention.ReferenceAttention)
 
     prompt = [3, 17, 42, 5, 9, 60, 61]
@@ -249,7 +249,7 @@ def test_emulated_fused_attention_over_a_context_bucket_equals_the_whole_cache(t
 
     runtime = RuntimeConfig(max_cache_len=64, exec_mode="reference", buckets=(1, 8, 16), prefill_chunk=8,
                             context_buckets=(16, 32))
-    teacher = Teacher.load(teacher_dir, runtime, attention.AttentionChoice(attention.FUSED, op=op))
+    teacher = Teacher.load(teacher_dir, runtime, ComputeChoice(attention.AttentionChoice(attention.FUSED, op=op)))
     assert teacher.mask_widths == (16, 32, 64)
     prompt = [3, 17, 42, 5, 9, 60, 61]
     narrow, full = (teacher.forward(ForwardInputs.for_tree(TreeLayout.chain(prompt), 0, 8, w)) for w in (16, 64))
@@ -311,11 +311,11 @@ def test_the_builder_passes_one_attention_choice_to_teacher_and_head(tiny_pair, 
     from mindspore_eagle.app.build import build
 
     fused = attention.AttentionChoice(attention.FUSED, op=emulated_fused_infer_attention_score)
-    monkeypatch.setattr(deploy, "prepare", lambda *a, **k: fused)
+    monkeypatch.setattr(deploy, "prepare", lambda *a, **k: ComputeChoice(fused))
     runtime = RuntimeConfig(max_cache_len=64, exec_mode="reference", buckets=(1, 8), prefill_chunk=8)
     drafting = DraftingConfig(proposer="eagle", budget="fixed", head=tiny_pair[1], max_nodes=6, depth=2, top_k=3)
     stack = build(tiny_pair[0], runtime, drafting, tokenizer=False)
-    assert stack.teacher.attention is fused
+    assert stack.teacher.compute.attention is fused
     assert all(isinstance(layer.self_attn.core, attention.FusedAttention) for layer in stack.teacher.cell.model.layers)
     head = stack.proposer_for(None).head
     assert isinstance(head.midlayer.self_attn.core, attention.FusedAttention)
@@ -360,7 +360,7 @@ def test_head_sizes_the_fused_op_cannot_take_are_refused():
 
 def test_cpu_runtimes_are_not_limited():
     deploy.check_plan(RuntimeConfig(max_cache_len=256), DraftingConfig(max_nodes=64), TEACHER)
-    assert deploy.prepare(RuntimeConfig(max_cache_len=256)).backend == attention.REFERENCE
+    assert deploy.prepare(RuntimeConfig(max_cache_len=256)).attention.backend == attention.REFERENCE
 
 
 def test_compile_cache_settings_get_one_directory_per_rank(tmp_path, monkeypatch):

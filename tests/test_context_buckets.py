@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from mindspore_eagle.cache import BranchableKVCache
+from mindspore_eagle.compute import ComputeChoice
 from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.engine import SpeculativeEngine
 from mindspore_eagle.errors import CacheCapacityError, ConfigError
@@ -32,7 +33,7 @@ def tiny(hf_tiny):
         key = (mode, tuple(sorted(changes.items())))
         if key not in made:
             made[key] = Teacher.load(ms_dir, RuntimeConfig(exec_mode=mode, **{**RUNTIME, **changes}),
-                                     matmul=MatmulChoice())
+                                     ComputeChoice())
         return made[key]
 
     return get, torch_model, ms_dir
@@ -119,7 +120,7 @@ def test_the_fused_kernels_keep_the_full_width_mask(tiny):
     """The custom kernels read each row's visible span whatever the width: narrower masks would only add graphs."""
     require_kernel("float32")
     _, _, ms_dir = tiny
-    teacher = Teacher.load(ms_dir, RuntimeConfig(**RUNTIME), matmul=MatmulChoice("custom"))
+    teacher = Teacher.load(ms_dir, RuntimeConfig(**RUNTIME), ComputeChoice(matmul=MatmulChoice("custom")))
     assert teacher.cell.fused_attention and teacher.mask_widths == (160,) and teacher.mask_width(3) == 160
     with pytest.raises(ConfigError, match=r"takes mask widths \(160,\)"):
         teacher.forward(ForwardInputs.for_tree(TreeLayout.single(1), 0, 1, 32))

@@ -12,6 +12,7 @@ import pytest
 from mindspore import Tensor, nn
 
 from mindspore_eagle.cache import BranchableKVCache
+from mindspore_eagle.compute import ComputeChoice
 from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.engine import SpeculativeEngine
 from mindspore_eagle.errors import ConfigError
@@ -70,7 +71,7 @@ def teachers(hf_tiny):
             require_kernel(dtype)
         if (mode, backend, dtype) not in made:
             made[mode, backend, dtype] = Teacher.load(ms_dir, RuntimeConfig(exec_mode=mode, **RUNTIME),
-                                                      matmul=MatmulChoice(backend, dtype))
+                                                      ComputeChoice(matmul=MatmulChoice(backend, dtype)))
         return made[mode, backend, dtype]
 
     return get

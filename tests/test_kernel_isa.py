@@ -74,6 +74,7 @@ def test_an_unknown_or_unavailable_path_is_refused():
 def test_a_teacher_computes_the_same_logits_on_every_path(hf_tiny):
     """The tiny Pangu teacher (biases on q/k/v/o) on the fused kernels, fp32 and bf16: prefill + decode logits
     bit-identical whichever path computes them (switched in one process, same compiled graphs)."""
+    from mindspore_eagle.compute import ComputeChoice
     from mindspore_eagle.runtime import RuntimeConfig
     from mindspore_eagle.kernels import MatmulChoice
     from mindspore_eagle.teacher import Teacher
@@ -85,7 +86,7 @@ def test_a_teacher_computes_the_same_logits_on_every_path(hf_tiny):
     ids = [int(t) for t in np.random.default_rng(7).integers(0, 101, 17)]
     try:
         for dtype in ("float32", "bfloat16"):
-            teacher = Teacher.load(ms_dir, runtime, matmul=MatmulChoice("custom", dtype))
+            teacher = Teacher.load(ms_dir, runtime, ComputeChoice(matmul=MatmulChoice("custom", dtype)))
             logits = {}
             for path in lib.isas:
                 build.select_isa(path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from mindspore_eagle.compute import ComputeChoice
 from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.engine import SpeculativeEngine
 from mindspore_eagle.kernels import MatmulChoice
@@ -29,7 +30,7 @@ def kernel_default_teacher():
         require_kernel(dtype)
         if dtype not in made:
             made[dtype] = Teacher.load(model_dir, RuntimeConfig(max_cache_len=512),
-                                       matmul=MatmulChoice("custom", dtype))
+                                       ComputeChoice(matmul=MatmulChoice("custom", dtype)))
         return made[dtype], load_tokenizer(model_dir)
 
     return get

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from mindspore import nn
 
+from mindspore_eagle.compute import ComputeChoice
 from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.engine import SpeculativeEngine
 from mindspore_eagle.kernels import MatmulChoice
@@ -29,7 +30,8 @@ def kernel_teachers(hf_tiny):
         require_kernel(dtype)
         if (kind, dtype) not in made:
             _, ms_dir, torch_model = hf_tiny(kind)
-            made[kind, dtype] = (Teacher.load(ms_dir, RUNTIME, matmul=MatmulChoice("custom", dtype)), torch_model)
+            teacher = Teacher.load(ms_dir, RUNTIME, ComputeChoice(matmul=MatmulChoice("custom", dtype)))
+            made[kind, dtype] = (teacher, torch_model)
         return made[kind, dtype]
 
     return get
@@ -170,7 +172,7 @@ def test_teacher_load_falls_back_to_mindspore_matmul_with_a_message(hf_tiny, mon
 
     _, ms_dir, _ = hf_tiny("llama")
     monkeypatch.setattr(kernel_ops, "kernel_status", lambda dtype: build.KernelStatus(None, "processor lacks AVX-512"))
-    teacher = Teacher.load(ms_dir, RUNTIME, matmul=MatmulChoice("custom", "bfloat16"))
+    teacher = Teacher.load(ms_dir, RUNTIME, ComputeChoice(matmul=MatmulChoice("custom", "bfloat16")))
     assert not [c for _, c in teacher.cell.cells_and_names() if isinstance(c, LinearKernel)]
     err = capsys.readouterr().err
     assert "processor lacks AVX-512" in err and "MindSpore" in err
@@ -190,7 +192,8 @@ def test_eagle3_head_with_fp32_kernels_equals_numpy_reference(tmp_path, config):
     c = PUBLIC_CONFIGS[config]
     tensors = write_public_head(str(tmp_path / "public"), c, seed=1)
     convert_eagle3(str(tmp_path / "public"), str(tmp_path / "ours"))
-    head = Eagle3DraftHead.load(str(tmp_path / "ours"), max_len=MAX_LEN, matmul=MatmulChoice("custom", "float32"))
+    head = Eagle3DraftHead.load(str(tmp_path / "ours"), max_len=MAX_LEN,
+                                compute=ComputeChoice(matmul=MatmulChoice("custom", "float32")))
     ht = c.get("target_hidden_size") or c["hidden_size"]
     table = (head.embed_tokens.weight if head.own_embedding else
              ms.Tensor(np.random.default_rng(7).standard_normal((c["vocab_size"], c["hidden_size"])).astype(np.float32)))

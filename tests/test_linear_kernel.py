@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 from mindspore import Tensor, nn
 
+from mindspore_eagle.compute import ComputeChoice
 from mindspore_eagle.errors import ConfigError
-from mindspore_eagle.kernels import MatmulChoice, check_packed, pack_weights, select_matmul
+from mindspore_eagle.kernels import MatmulChoice, check_packed, pack_weights
 from mindspore_eagle.kernels import build, ops as kernel_ops
 from tests.helpers import cpu_flags, require_kernel
 from mindspore_eagle.kernels.layout import pack_bf16, pack_f32
@@ -266,11 +267,11 @@ def test_matmul_choice_validates_its_fields():
 def test_unavailable_kernel_falls_back_to_mindspore_with_the_reason(monkeypatch):
     monkeypatch.setattr(kernel_ops, "kernel_status", lambda dtype: build.KernelStatus(None, "no AVX-512 here"))
     log = io.StringIO()
-    assert select_matmul(MatmulChoice("custom", "bfloat16"), log) == MatmulChoice()
+    assert ComputeChoice(matmul=MatmulChoice("custom", "bfloat16")).runnable(log) == ComputeChoice()
     assert "no AVX-512 here" in log.getvalue() and "MindSpore" in log.getvalue()
     with pytest.raises(ConfigError, match="no AVX-512 here"):
         Linear(8, 4, False, MatmulChoice("custom", "float32"))
-    assert select_matmul(None) == MatmulChoice()
+    assert ComputeChoice().runnable() == ComputeChoice()
 
 
 def test_build_is_keyed_by_flags_and_reports_failures_in_one_line(tmp_path, monkeypatch):

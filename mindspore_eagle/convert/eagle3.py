@@ -125,18 +125,17 @@ def convert_eagle3(src: str, out_dir: str, overwrite: bool = False) -> DraftConf
     return cfg
 
 
-def load_public_head(src: str, batch_size: int = 1, max_len: int = 1024, attention=None, matmul=None
-                     ) -> Eagle3DraftHead:
-    """Build a head straight from a public directory (in memory, same checks as ``convert_eagle3``); ``attention``:
-    the ``AttentionChoice`` of its attention core (default: primitives); ``matmul``: its Linears'
-    ``kernels.MatmulChoice`` (default MindSpore's MatMul; a custom kernel is packed here)."""
+def load_public_head(src: str, batch_size: int = 1, max_len: int = 1024, compute=None) -> Eagle3DraftHead:
+    """Build a head straight from a public directory (in memory, same checks as ``convert_eagle3``); ``compute``: its
+    ``compute.ComputeChoice`` (default primitives and MindSpore's MatMul; a custom kernel is packed here, or falls
+    back to MindSpore's MatMul with a message where it cannot run)."""
     from mindspore import Tensor
 
-    from ..attention import AttentionChoice
-    from ..kernels import pack_weights, select_matmul
+    from ..compute import ComputeChoice
+    from ..kernels import pack_weights
 
     cfg, tensors, d2t, t2d = read_checked_head(src)
-    head = Eagle3DraftHead(cfg, batch_size, max_len, attention or AttentionChoice(), select_matmul(matmul))
+    head = Eagle3DraftHead(cfg, batch_size, max_len, (compute or ComputeChoice()).runnable())
     for name, param in head.weight_parameters().items():  # names and shapes were checked against these
         param.set_data(Tensor(np.asarray(tensors[name], np.float32)))
     if cfg.has_vocab_map:

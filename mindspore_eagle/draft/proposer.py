@@ -32,7 +32,7 @@ from typing import Sequence
 import numpy as np
 from mindspore import Parameter, Tensor, nn
 
-from ..attention import AttentionChoice
+from ..compute import ComputeChoice
 from ..cache import BranchableKVCache
 from ..storage.checkpoint import CKPT_NAME
 from ..runtime import Buckets, ExecMode
@@ -229,27 +229,27 @@ def default_head_dir() -> str:
     return os.path.join(here, "assets", "heads", "smollm2-135m-eagle3")
 
 
-def load_head(path: str, max_len: int, attention: AttentionChoice = AttentionChoice(), matmul=None) -> Eagle3DraftHead:
+def load_head(path: str, max_len: int, compute: ComputeChoice | None = None) -> Eagle3DraftHead:
     """A head directory in our converted format (``weights.safetensors``) or the public one (converted in memory);
-    ``attention`` / ``matmul``: the teacher's choices (``Teacher.attention``, ``Teacher.matmul``)."""
+    ``compute``: the teacher's ``ComputeChoice`` (``Teacher.compute``; default primitives and MindSpore's MatMul)."""
     if not os.path.isdir(path):
         raise AssetError(f"draft head directory {path} does not exist")
     if os.path.isfile(os.path.join(path, CKPT_NAME)):
-        return Eagle3DraftHead.load(path, max_len=max_len, attention=attention, matmul=matmul)
+        return Eagle3DraftHead.load(path, max_len=max_len, compute=compute)
     from ..convert.eagle3 import load_public_head
 
-    return load_public_head(path, max_len=max_len, attention=attention, matmul=matmul)
+    return load_public_head(path, max_len=max_len, compute=compute)
 
 
 def load_proposer(draft_dir: str | None, teacher, budget: TreeBudget) -> Eagle3Proposer:
     """The EAGLE-3 proposer for ``teacher``: head from ``draft_dir`` (default: ``default_head_dir()``), its
-    cache sized by ``draft_cache_len``, embeddings shared with the teacher, attention core the teacher's."""
+    cache sized by ``draft_cache_len``, embeddings shared with the teacher, attention and matmul the teacher's."""
     teacher.runtime.check_tree_size(budget.max_nodes)  # before any weight is read
     path = draft_dir or default_head_dir()
     if draft_dir is None and not os.path.isdir(path):
         raise AssetError(f"no default draft head at {path}: train it with scripts/train_default_head.sh or pass "
                          "--draft HEAD_DIR")
-    head = load_head(path, draft_cache_len(teacher.max_len, budget), teacher.attention, teacher.matmul)
+    head = load_head(path, draft_cache_len(teacher.max_len, budget), teacher.compute)
     return Eagle3Proposer.for_teacher(head, teacher, budget)
 
 

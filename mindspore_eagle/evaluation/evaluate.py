@@ -96,8 +96,8 @@ class RunConfig:
                    top_k=d.top_k, exec_mode=rt.exec_mode.value, max_cache_len=rt.max_cache_len,
                    max_new_tokens=max_new_tokens, evalset=evalset_digest(items), buckets=rt.buckets.sizes,
                    prefill_chunk=rt.prefill_chunk, proposer=d.head if d.oracle else d.proposer.value,
-                   budget_mode="fixed" if d.oracle else d.budget.value, dtype=stack.teacher.matmul.dtype,
-                   matmul=stack.teacher.matmul.backend, suffix_calibration=d.suffix_calibration.value)
+                   budget_mode="fixed" if d.oracle else d.budget.value, dtype=stack.teacher.compute.matmul.dtype,
+                   matmul=stack.teacher.compute.matmul.backend, suffix_calibration=d.suffix_calibration.value)
 
 
 # ----- sharding and seeds ------------------------------------------------------------------------------------

@@ -11,12 +11,13 @@ per-op dispatch, attention over the whole static cache and whole-buffer cache co
 attention kernel (attention.cc) does RoPE, the cache write and the attention of a layer in one op over the
 visible rows only, with the same batch invariance.
 
-    choice.py     MatmulChoice: which backend/dtype a model's Linears use (passed explicitly)
+    choice.py     MatmulChoice: which backend/dtype a model's Linears use (chosen by ``compute.choose``, passed
+                  explicitly)
     layout.py     packed panel layouts of the weights (numpy, made once at load), GGUF blocks included
     build.py      compiles compute.cc once per instruction set + isa.cc, linear.cc, attention.cc, layer.cc into one
                   library in the project home, loads it, or says why not; builds the self-test (selftest.cc)
     ops.py        LinearKernel (the AOT Custom op + packed weight, fused RMSNorm/SwiGLU/residual variants),
-                  select_matmul, pack_weights, check_packed
+                  kernel_status, pack_weights, check_packed
     cache_ops.py  TreeAttentionKernel (fused attention, in-place K/V writes), RowMoveKernel (in-place commit),
                   DecoderLayerKernel (a teacher layer's five kernels as one op)
 """
@@ -24,8 +25,7 @@ visible rows only, with the same batch invariance.
 from .cache_ops import (DecoderLayerKernel, RowMoveKernel, TreeAttentionKernel, fused_attention_supported,
                         fused_layer_supported)
 from .choice import MatmulChoice
-from .ops import LinearKernel, check_packed, kernel_status, matmul_for, pack_weights, select_matmul
+from .ops import LinearKernel, check_packed, kernel_status, pack_weights
 
 __all__ = ["DecoderLayerKernel", "LinearKernel", "MatmulChoice", "RowMoveKernel", "TreeAttentionKernel", "check_packed",
-           "fused_attention_supported", "fused_layer_supported", "kernel_status", "matmul_for", "pack_weights",
-           "select_matmul"]
+           "fused_attention_supported", "fused_layer_supported", "kernel_status", "pack_weights"]

@@ -1,7 +1,7 @@
 """``MatmulChoice``: which implementation a ``Linear`` (and the tied LM head) multiplies with.
 
-Passed explicitly from the one builder that knows it (``Teacher.load``, ``Eagle3DraftHead.load``, a script)
-down through the model constructors to every ``Linear``; there is no process-wide default to change. The
+Chosen with the attention core by ``compute.choose`` (the ``matmul`` of a ``compute.ComputeChoice``) and passed
+explicitly down through the model constructors to every ``Linear``; there is no process-wide default to change. The
 default, ``MatmulChoice()``, is MindSpore's own ``MatMul`` in fp32: what every model did before the kernels.
 
     MatmulChoice("mindspore", "float32")   ops.MatMul on the weight Parameter (has a gradient: training uses it)

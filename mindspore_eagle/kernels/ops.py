@@ -1,4 +1,4 @@
-"""The custom linear kernel as a MindSpore Cell, and the host steps around it (choice, packing, checks).
+"""The custom linear kernel as a MindSpore Cell, and the host steps around it (packing, checks).
 
 ``LinearKernel`` holds the packed copy of one weight (``packed_weight``, a non-trainable Parameter, NaN until
 packed so a forgotten packing step cannot pass for a result) and calls the AOT Custom op of ``linear.cc``:
@@ -19,14 +19,11 @@ calls them all; ``Teacher.load`` and ``Eagle3DraftHead.load`` do so after ``load
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 
 from ..errors import ConfigError
 from . import build
-from .choice import CUSTOM, MINDSPORE, MatmulChoice
 from .layout import KERNEL_FORMAT, gguf_fields, pack_bf16, pack_f32, pack_quantized, packed_shape
 
 
@@ -45,37 +42,6 @@ def entry_point(fmt: str, prologue: str, bias: bool, residual: bool) -> str:
 def kernel_status(dtype: str):
     """``build.KernelStatus`` of the custom kernels for ``dtype`` on this machine (built on first use)."""
     return build.load().for_dtype(dtype)
-
-
-def select_matmul(requested: MatmulChoice | None, log=None) -> MatmulChoice:
-    """``requested`` when it can run here; otherwise MindSpore's fp32 MatMul, with a one-line message on ``log``
-    (default stderr) naming why. Called by the builder that chose the backend, once per model."""
-    requested = requested or MatmulChoice()
-    if not requested.custom:
-        return requested
-    status = kernel_status(requested.dtype)
-    if status.library is not None:
-        return requested
-    print(f"mindspore_eagle: custom {requested.dtype} linear kernel unavailable ({status.reason}); "
-          "using MindSpore's float32 MatMul", file=log or sys.stderr)
-    return MatmulChoice(MINDSPORE, "float32")
-
-
-def matmul_for(runtime) -> MatmulChoice:
-    """The ``MatmulChoice`` of a ``RuntimeConfig``: its ``dtype``, on the custom kernel when ``matmul`` is "custom",
-    or "auto" and the kernel runs here; "auto" in float32 falls back to MindSpore's MatMul with a one-line message
-    (``select_matmul``). A bfloat16 or "custom" request the kernel cannot serve is a ConfigError: never a silent
-    change of precision. Other devices than the CPU use MindSpore's MatMul."""
-    if runtime.device != "CPU" or runtime.matmul == MINDSPORE:
-        return MatmulChoice(MINDSPORE, "float32")
-    requested = MatmulChoice(CUSTOM, runtime.dtype)
-    if runtime.matmul == CUSTOM or runtime.dtype == "bfloat16":
-        status = kernel_status(runtime.dtype)
-        if status.library is None:
-            raise ConfigError(f"--dtype {runtime.dtype} --matmul {runtime.matmul}: the custom {runtime.dtype} linear "
-                              f"kernel cannot run here ({status.reason}); use --matmul mindspore (float32 only)")
-        return requested
-    return select_matmul(requested)
 
 
 class LinearKernel(nn.Cell):
@@ -103,7 +69,7 @@ class LinearKernel(nn.Cell):
         status = kernel_status(dtype)
         if status.library is None:
             raise ConfigError(f"MatmulChoice(backend='custom', dtype={dtype!r}) cannot run here: {status.reason} "
-                              "(kernels.select_matmul falls back to MindSpore's MatMul)")
+                              "(compute.ComputeChoice.runnable falls back to MindSpore's MatMul)")
         self.in_features, self.out_features = in_features, out_features
         self.dtype, self.has_bias, self.transposed, self.glu = dtype, bias, transposed, glu
         self.format = dtype  # the packed weight's format: the dtype, or "q4" / "q8" once pack_native ran
@@ -203,4 +169,4 @@ def check_packed(root: nn.Cell) -> None:
                           "kernels.pack_weights(model) after loading the weights and before the first forward")
 
 
-__all__ = ["LinearKernel", "entry_point", "check_packed", "kernel_status", "matmul_for", "pack_weights", "select_matmul"]
+__all__ = ["LinearKernel", "entry_point", "check_packed", "kernel_status", "pack_weights"]

@@ -33,11 +33,11 @@ import os
 import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 
-from ..attention import AttentionChoice
+from ..compute import ComputeChoice
 from ..storage.checkpoint import CKPT_NAME, load_array, load_strict
 from ..draft_config import DraftConfig
 from ..errors import CheckpointError
-from ..kernels import MatmulChoice, pack_weights, select_matmul
+from ..kernels import pack_weights
 from .layers import CachedAttention, Embedding, Linear, RMSNorm, SwiGLU, rope_tables, write_index
 
 D2T_FILE = "d2t.npy"
@@ -47,22 +47,20 @@ T2D_FILE = "t2d.npy"
 class Eagle3Attention(CachedAttention):
     """``CachedAttention`` whose q/k/v projections read the 2H-wide [embedding | hidden] input (o_proj -> H)."""
 
-    def __init__(self, cfg: DraftConfig, batch_size: int, max_len: int, attention: AttentionChoice,
-                 matmul: MatmulChoice | None = None):
-        super().__init__(cfg, batch_size, max_len, attention, matmul, in_features=2 * cfg.hidden_size)
+    def __init__(self, cfg: DraftConfig, batch_size: int, max_len: int, compute: ComputeChoice):
+        super().__init__(cfg, batch_size, max_len, compute, in_features=2 * cfg.hidden_size)
 
 
 class Eagle3DecoderLayer(nn.Cell):
     """``midlayer``: attention over concat(input_layernorm(embeds), hidden_norm(hidden)), residual on hidden."""
 
-    def __init__(self, cfg: DraftConfig, batch_size: int, max_len: int, attention: AttentionChoice,
-                 matmul: MatmulChoice | None = None):
+    def __init__(self, cfg: DraftConfig, batch_size: int, max_len: int, compute: ComputeChoice):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Eagle3Attention(cfg, batch_size, max_len, attention, matmul)
+        self.self_attn = Eagle3Attention(cfg, batch_size, max_len, compute)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, matmul, cfg.rms_norm_eps)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, compute.matmul, cfg.rms_norm_eps)
 
     def construct(self, embeds, hidden, cos, sin, mask, write_idx):
         x = ops.concat((self.input_layernorm(embeds), self.hidden_norm(hidden)), -1)  # [B, T, 2H]
@@ -81,21 +79,22 @@ class Eagle3DraftHead(nn.Cell):
     Pieces used by tree growth: ``decode`` (same step with an already-fused / recycled hidden),
     ``compute_logits`` (draft-vocabulary logits) and ``to_target`` (draft ids -> target ids).
 
-    ``matmul`` chooses the Linears' implementation (default MindSpore's MatMul, the one with a gradient: the
-    trainer keeps it); custom kernels are packed by ``load`` (or ``kernels.pack_weights``) after loading.
+    ``compute`` (``compute.ComputeChoice``: the teacher's, when drafting for one) chooses the attention core and the
+    Linears' matmul (default primitives and MindSpore's MatMul, the one with a gradient: the trainer keeps it);
+    custom kernels are packed by ``load`` (or ``kernels.pack_weights``) after loading.
     """
 
     def __init__(self, cfg: DraftConfig, batch_size: int = 1, max_len: int = 1024,
-                 attention: AttentionChoice = AttentionChoice(), matmul: MatmulChoice | None = None):
+                 compute: ComputeChoice = ComputeChoice()):
         super().__init__()
         self.cfg = cfg
         self.batch_size = batch_size
         self.max_len = max_len
         self.hidden_size = cfg.hidden_size
-        self.fc = Linear(3 * cfg.target_hidden_size, cfg.hidden_size, matmul=matmul)
-        self.midlayer = Eagle3DecoderLayer(cfg, batch_size, max_len, attention, matmul)
+        self.fc = Linear(3 * cfg.target_hidden_size, cfg.hidden_size, matmul=compute.matmul)
+        self.midlayer = Eagle3DecoderLayer(cfg, batch_size, max_len, compute)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.lm_head = Linear(cfg.hidden_size, cfg.draft_vocab_size, matmul=matmul)
+        self.lm_head = Linear(cfg.hidden_size, cfg.draft_vocab_size, matmul=compute.matmul)
         self.own_embedding = cfg.target_hidden_size != cfg.hidden_size
         if self.own_embedding:
             self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
@@ -154,11 +153,13 @@ class Eagle3DraftHead(nn.Cell):
         return ids + self.d2t.asnumpy()[ids] if self.has_vocab_map else ids
 
     @classmethod
-    def load(cls, model_dir: str, batch_size: int = 1, max_len: int = 1024,
-             attention: AttentionChoice = AttentionChoice(), matmul: MatmulChoice | None = None) -> "Eagle3DraftHead":
-        """Load a converted head directory (``config.json``, ``weights.safetensors``, ``d2t.npy``/``t2d.npy``), strictly."""
+    def load(cls, model_dir: str, batch_size: int = 1, max_len: int = 1024, compute: ComputeChoice | None = None
+             ) -> "Eagle3DraftHead":
+        """Load a converted head directory (``config.json``, ``weights.safetensors``, ``d2t.npy``/``t2d.npy``),
+        strictly. ``compute``: default primitives and MindSpore's MatMul; a custom matmul that cannot run here falls
+        back to MindSpore's with a message (``ComputeChoice.runnable``)."""
         cfg = DraftConfig.load(model_dir)
-        head = cls(cfg, batch_size, max_len, attention, select_matmul(matmul))
+        head = cls(cfg, batch_size, max_len, (compute or ComputeChoice()).runnable())
         load_strict(head.weight_parameters(), os.path.join(model_dir, CKPT_NAME))
         pack_weights(head)
         if cfg.has_vocab_map:

@@ -15,11 +15,11 @@ decoder layer is ``x = attn(x, ..., norm_weight=w1, residual=x); x = mlp(x, norm
 
 * primitive path (``MatmulChoice`` "mindspore", or the Ascend fused attention core): MindSpore ops, exactly the
   ops of ``x + attn(rms_norm(x))`` -- the reference, the trainer's path (it has gradients) and Ascend's;
-* fused CPU path (a custom ``MatmulChoice`` with the reference attention backend): per decoder layer five
-  AOT kernels instead of ~45 ops -- RMSNorm + q/k/v in one linear kernel, RoPE + in-place K/V write + masked
-  attention over the visible rows in one (``kernels.TreeAttentionKernel``), o_proj + residual, RMSNorm +
-  gate|up, SwiGLU + down + residual. The Linears keep the checkpoint weights (same names); the kernels hold
-  packed copies of the concatenated weights (``pack_kernel``). Batch invariant like the linear kernels.
+* fused CPU path (``compute.ComputeChoice.fused_layers``: a custom ``MatmulChoice`` with the reference attention
+  backend): per decoder layer five AOT kernels instead of ~45 ops -- RMSNorm + q/k/v in one linear kernel, RoPE +
+  in-place K/V write + masked attention over the visible rows in one (``kernels.TreeAttentionKernel``), o_proj +
+  residual, RMSNorm + gate|up, SwiGLU + down + residual. The Linears keep the checkpoint weights (same names); the
+  kernels hold packed copies of the concatenated weights (``pack_kernel``). Batch invariant like the linear kernels.
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 
 from .. import attention
+from ..compute import ComputeChoice
 from ..fields import RopeScaling
 from ..teacher_config import TeacherConfig
 from ..errors import ConfigError
-from ..kernels import LinearKernel, MatmulChoice, TreeAttentionKernel, fused_attention_supported
+from ..kernels import LinearKernel, MatmulChoice, TreeAttentionKernel
 
 
 def pack_linear(kernel: LinearKernel, linears: tuple, native: dict | None) -> None:
@@ -149,13 +150,6 @@ def apply_rope(x, cos, sin):
     return x * cos + rotated * sin
 
 
-def uses_fused_kernels(choice: attention.AttentionChoice, matmul: MatmulChoice | None, head_dim: int) -> bool:
-    """The fused CPU path of ``CachedAttention``: custom linear kernels requested, the reference (CPU) attention
-    backend, and a head size the attention kernel takes (a multiple of 16)."""
-    return (matmul is not None and matmul.custom and choice.backend == attention.REFERENCE
-            and fused_attention_supported(head_dim))
-
-
 class CachedAttention(nn.Cell):
     """Grouped-query attention over a static KV cache owned by this cell.
 
@@ -167,28 +161,29 @@ class CachedAttention(nn.Cell):
     ``construct(x, cos, sin, mask, write_idx, norm_weight=None, residual=None)`` returns
     ``residual + o_proj(attention(rms_norm(x, norm_weight)))``, each part only when given.
 
-    Primitive path: the attention is the core of ``attention`` (an ``attention.AttentionChoice``, given by the
-    builder: primitives on CPU, the fused op on Ascend), the new rows are scattered with ``ScatterNdUpdate``
-    (a whole-buffer copy on CPU) and the core reads the buffer's rows ``[0, W)``: ``W`` is the mask's width, a
-    *context bucket* (``RuntimeConfig.context_sizes``) that holds every row the forward writes or sees, so a
-    forward at a short context does not attend over the whole cache. ``W`` is a static shape: one graph per
-    (T, W). The cache dtype is the core's (float32 for the reference core). Fused CPU path
-    (``uses_fused_kernels``): three kernels, see the module docstring; the attention kernel writes only the new
-    rows and reads only each query's visible rows (its mask must be ``W = max_len`` wide).
+    ``compute`` (a ``compute.ComputeChoice``, given by the builder) picks the path and, on the primitive one, the
+    attention core (``compute.attention``: primitives on CPU, the fused op on Ascend) and the Linears' matmul.
+    Primitive path: the new rows are scattered with ``ScatterNdUpdate`` (a whole-buffer copy on CPU) and the core
+    reads the buffer's rows ``[0, W)``: ``W`` is the mask's width, a *context bucket*
+    (``RuntimeConfig.context_sizes``) that holds every row the forward writes or sees, so a forward at a short
+    context does not attend over the whole cache. ``W`` is a static shape: one graph per (T, W). The cache dtype is
+    the core's (float32 for the reference core). Fused CPU path (``compute.fused_layers``): three kernels, see the
+    module docstring; the attention kernel writes only the new rows and reads only each query's visible rows (its
+    mask must be ``W = max_len`` wide).
     ``in_features``: the projections' input width (default ``hidden_size``; the EAGLE-3 head reads 2H).
     """
 
-    def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int,
-                 choice: attention.AttentionChoice = attention.AttentionChoice(), matmul: MatmulChoice | None = None,
+    def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int, compute: ComputeChoice = ComputeChoice(),
                  in_features: int | None = None):
         super().__init__()
-        if not isinstance(choice, attention.AttentionChoice):
-            raise ConfigError(f"CachedAttention: attention choice must be an AttentionChoice, got {choice!r}")
+        if not isinstance(compute, ComputeChoice):
+            raise ConfigError(f"CachedAttention: compute must be a compute.ComputeChoice, got {compute!r}")
+        choice, matmul = compute.attention, compute.matmul
         h, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         width = in_features or cfg.hidden_size
         self.num_heads, self.num_kv_heads, self.head_dim = h, hkv, d
         self.eps = cfg.rms_norm_eps
-        self.fused = uses_fused_kernels(choice, matmul, d)
+        self.fused = compute.fused_layers(d)
         linear_choice = None if self.fused else matmul  # fused: the Linears only hold the checkpoint weights
         self.q_proj = Linear(width, h * d, cfg.qkv_bias, linear_choice)
         self.k_proj = Linear(width, hkv * d, cfg.qkv_bias, linear_choice)

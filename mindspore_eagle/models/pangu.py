@@ -13,19 +13,18 @@ from __future__ import annotations
 
 from mindspore import Tensor, nn, ops
 
-from ..attention import AttentionChoice
+from ..compute import ComputeChoice
 from ..teacher_config import TeacherConfig
-from ..kernels import DecoderLayerKernel, LinearKernel, MatmulChoice, fused_layer_supported
-from .layers import (CachedAttention, Embedding, Linear, RMSNorm, SwiGLU, rope_tables, uses_fused_kernels,
-                     write_index)
+from ..kernels import DecoderLayerKernel, LinearKernel, fused_layer_supported
+from .layers import CachedAttention, Embedding, Linear, RMSNorm, SwiGLU, rope_tables, write_index
 
 
 class DecoderLayer(nn.Cell):
-    def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int, attention: AttentionChoice,
-                 matmul: MatmulChoice | None = None):
+    def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int, compute: ComputeChoice):
         super().__init__()
+        matmul = compute.matmul
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = CachedAttention(cfg, batch_size, max_len, attention, matmul)
+        self.self_attn = CachedAttention(cfg, batch_size, max_len, compute)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, matmul, cfg.rms_norm_eps)
         # fused CPU path: the sub-cells' five kernels as one op (they hold the packed weights it reads)
@@ -49,11 +48,10 @@ class DecoderLayer(nn.Cell):
 
 
 class PanguModel(nn.Cell):
-    def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int, attention: AttentionChoice,
-                 matmul: MatmulChoice | None = None):
+    def __init__(self, cfg: TeacherConfig, batch_size: int, max_len: int, compute: ComputeChoice):
         super().__init__()
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.CellList([DecoderLayer(cfg, batch_size, max_len, attention, matmul)
+        self.layers = nn.CellList([DecoderLayer(cfg, batch_size, max_len, compute)
                                    for _ in range(cfg.num_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
@@ -68,25 +66,25 @@ class PanguForCausalLM(nn.Cell):
     ``aux_hidden [B, T, 3 * hidden]``.
     Positions index the rotary table; ``cache_rows`` say where each token's K/V is written. They usually
     coincide for a chain, and differ inside a tree (a node at depth d has position L + d but row L + i).
-    ``attention`` picks the attention core of every layer (``mindspore_eagle.attention``; default: primitives);
-    ``matmul`` chooses every Linear's implementation and the tied LM head's (default: MindSpore's MatMul);
-    custom kernels are filled by ``kernels.pack_weights`` after the weights are loaded.
+    ``compute`` (``compute.ComputeChoice``) picks the attention core of every layer, every Linear's matmul and the
+    tied LM head's, and so whether the layers take the fused CPU kernels (default: primitives and MindSpore's
+    MatMul); custom kernels are filled by ``kernels.pack_weights`` after the weights are loaded.
     """
 
     def __init__(self, cfg: TeacherConfig, batch_size: int = 1, max_len: int = 1024,
-                 attention: AttentionChoice = AttentionChoice(), matmul: MatmulChoice | None = None):
+                 compute: ComputeChoice = ComputeChoice()):
         super().__init__()
+        matmul = compute.matmul
         self.cfg = cfg
         self.batch_size = batch_size
         self.max_len = max_len
-        self.attention = attention  # the draft head drafting for this teacher is built with the same choice
-        self.fused_attention = uses_fused_kernels(attention, matmul, cfg.head_dim)  # every layer's, alike
-        self.model = PanguModel(cfg, batch_size, max_len, attention, matmul)
+        self.fused_attention = compute.fused_layers(cfg.head_dim)  # every layer's, alike
+        self.model = PanguModel(cfg, batch_size, max_len, compute)
         if not cfg.tie_word_embeddings:
             self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, matmul=matmul)
         self.tied = cfg.tie_word_embeddings
         self.logits_matmul = ops.MatMul(transpose_b=True)
-        self.tied_custom = self.tied and matmul is not None and matmul.custom
+        self.tied_custom = self.tied and matmul.custom
         if self.tied_custom:  # logits = norm(x) @ embed_tokens.weight^T on a packed copy of the table, norm inside
             self.tied_kernel = LinearKernel(cfg.hidden_size, cfg.vocab_size, matmul.dtype, transposed=True,
                                             norm_eps=cfg.rms_norm_eps)
