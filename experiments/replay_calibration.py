@@ -30,6 +30,7 @@ from mindspore_eagle.draft.budget import VerifyCosts  # noqa: E402
 from mindspore_eagle.draft.hybrid import HybridProposer  # noqa: E402
 from mindspore_eagle.draft.replay import replay  # noqa: E402
 from mindspore_eagle.draft.calibration import SuffixCalibration, default_calibration  # noqa: E402
+from mindspore_eagle.drafting import DraftingConfig  # noqa: E402
 from scripts.replay_suffix import load_turns  # noqa: E402
 
 
@@ -42,8 +43,9 @@ def odds_scaled(table: SuffixCalibration, s: float) -> SuffixCalibration:
 
 def run(turns, calibration: SuffixCalibration, learn: bool, costs: VerifyCosts) -> dict:
     ms = dict(costs.bucket_ms)
-    prop = HybridProposer("suffix", "adaptive", max_nodes=max(ms), calibration=calibration, costs=costs,
-                          learn_costs=False, learn_acceptance=learn)
+    drafting = DraftingConfig(proposer="suffix", budget="adaptive", max_nodes=max(ms),
+                              suffix_calibration="online" if learn else "shipped")
+    prop = HybridProposer(drafting, buckets=list(ms), calibration=calibration, costs=costs, learn_costs=False)
     emitted = spent = steps = 0
     for t in turns:
         for st in replay(prop, t.prompt, t.output):

@@ -46,6 +46,7 @@ from mindspore_eagle.draft.calibration import (CALIBRATION_FILE, NodeFeatures, f
                                                node_features)
 from mindspore_eagle.draft.suffix import (SuffixConfig, SuffixIndex, continuation_trie, score_trie,  # noqa: E402
                                           suffix_candidates)
+from mindspore_eagle.drafting import DraftingConfig  # noqa: E402
 from mindspore_eagle.errors import ConfigError  # noqa: E402
 
 MATCH_EDGES = (1, 2, 3, 4, 6, 8, 12, 16, 20, 28)
@@ -269,40 +270,39 @@ def load_recorded(paths) -> dict:
     return out
 
 
-SEQUENTIAL_VARIANTS = {  # name -> HybridProposer arguments ("fitted": the head power fitted on the fit half)
-    "eagle_fixed": dict(mode="eagle", budget="fixed", max_nodes=FIXED_NODES),
-    "eagle_adaptive": dict(mode="eagle", budget="adaptive", max_nodes=64),
-    "hybrid_fixed": dict(mode="hybrid", budget="fixed", max_nodes=FIXED_NODES),
-    "hybrid_adaptive": dict(mode="hybrid", budget="adaptive", max_nodes=64),
-    "hybrid_adaptive_fitted_head_p": dict(mode="hybrid", budget="adaptive", max_nodes=64, eagle_power="fitted"),
-    "hybrid_adaptive_always_grow": dict(mode="hybrid", budget="adaptive", max_nodes=64, skip_growth=False),
-    "hybrid_adaptive_max16": dict(mode="hybrid", budget="adaptive", max_nodes=16),
-    "suffix_fixed": dict(mode="suffix", budget="fixed", max_nodes=FIXED_NODES),
-    "suffix_adaptive": dict(mode="suffix", budget="adaptive", max_nodes=64),
+SEQUENTIAL_VARIANTS = {  # name -> (DraftingConfig, further HybridProposer arguments)
+    "eagle_fixed": (DraftingConfig(proposer="eagle", budget="fixed", max_nodes=FIXED_NODES), {}),
+    "eagle_adaptive": (DraftingConfig(proposer="eagle", budget="adaptive", max_nodes=64), {}),
+    "hybrid_fixed": (DraftingConfig(proposer="hybrid", budget="fixed", max_nodes=FIXED_NODES), {}),
+    "hybrid_adaptive": (DraftingConfig(proposer="hybrid", budget="adaptive", max_nodes=64), {}),
+    "hybrid_adaptive_always_grow": (DraftingConfig(proposer="hybrid", budget="adaptive", max_nodes=64),
+                                    {"explore_every": 1}),  # grow the head every step
+    "hybrid_adaptive_max16": (DraftingConfig(proposer="hybrid", budget="adaptive", max_nodes=16), {}),
+    "suffix_fixed": (DraftingConfig(proposer="suffix", budget="fixed", max_nodes=FIXED_NODES), {}),
+    "suffix_adaptive": (DraftingConfig(proposer="suffix", budget="adaptive", max_nodes=64), {}),
 }
+# The variant whose head p was exp(1.1 * score) (the power fitted on the fit half) was dropped once the product
+# kept power 1: results/hybrid-replay/README.md, sections 2 and 3 (1.58x against 1.59x with the raw p).
 
 
-def hybrid_sequential_eval(turns, recorded: dict, cfg: SuffixConfig, calibration, costs: VerifyCosts,
-                           eagle_power: float) -> dict:
+def hybrid_sequential_eval(turns, recorded: dict, calibration, costs: VerifyCosts) -> dict:
     """Exact sequential replays of the ``SEQUENTIAL_VARIANTS`` with the recorded head candidates: (emitted,
     ms) per step, ms from the cost model (a growth costs ``grow_ms``, a suffix proposal ``suffix_ms``)."""
     ms = dict(costs.bucket_ms)
     out: dict = {}
-    for name, kw in SEQUENTIAL_VARIANTS.items():
-        kw = dict(kw)
-        if kw.get("eagle_power") == "fitted":
-            kw["eagle_power"] = eagle_power
+    for name, (drafting, kw) in SEQUENTIAL_VARIANTS.items():
         rows, grown, sources = [], 0, {"eagle": 0, "suffix": 0, "both": 0}
         # One proposer for all turns, as a server keeps one: the head's profile persists across requests.
-        prop = HybridProposer(eagle=RecordedEagle(0, None, None, None) if kw["mode"] != "suffix" else None,
-                              suffix=cfg, calibration=calibration, costs=costs, learn_costs=False, **kw)
+        head = RecordedEagle(0, None, None, None) if drafting.uses_head else None
+        prop = HybridProposer(drafting, head, buckets=list(ms), calibration=calibration, costs=costs,
+                              learn_costs=False, **kw)
         for t in turns:
             if prop.eagle is not None:
                 prop.eagle = RecordedEagle(len(t.prompt), *recorded[t.id])
             steps = replay(prop, t.prompt, t.output)
             for st, info in zip(steps, prop.log):
                 bucket = min(b for b in ms if b >= st.nodes)
-                draft = (costs.grow_ms if info.grew else 0.0) + (costs.suffix_ms if kw["mode"] != "eagle" else 0.0)
+                draft = (costs.grow_ms if info.grew else 0.0) + (costs.suffix_ms if prop.mode != "eagle" else 0.0)
                 rows.append((st.emitted, ms[bucket] + draft))
                 grown += info.grew
             for k, v in prop.accepted_by_source().items():
@@ -323,7 +323,7 @@ def fit_eagle_power(turns, recorded: dict, grid=np.round(np.arange(0.7, 2.01, 0.
     return float(grid[int(np.argmin(losses))])
 
 
-def sequential_groups(turns, recorded, cfg, calibration, costs, greedy_ms, eagle_power) -> dict:
+def sequential_groups(turns, recorded, calibration, costs, greedy_ms) -> dict:
     """``hybrid_sequential_eval`` summarised per group, with the trace's own EAGLE steps of the same turns
     (a check of the recording: eagle_fixed_sequential should match eagle_recorded_trace)."""
     ms16 = dict(costs.bucket_ms)[min(b for b in dict(costs.bucket_ms) if b >= FIXED_NODES)]
@@ -333,7 +333,7 @@ def sequential_groups(turns, recorded, cfg, calibration, costs, greedy_ms, eagle
         sel = [t for t in turns if gname in group_of(t)]
         if not sel:
             continue
-        seq = hybrid_sequential_eval(sel, recorded, cfg, calibration, costs, eagle_power)
+        seq = hybrid_sequential_eval(sel, recorded, calibration, costs)
         g = {k: summarize(v, greedy_ms) for k, v in seq.items() if k.endswith("_sequential")}
         for k, v in seq.items():
             if k.endswith("_grow_share"):
@@ -375,7 +375,7 @@ def eagle_reliability(turns, recorded: dict, power: float) -> list[dict]:
     return reliability(np.stack([np.exp(power * scores), right], 1))
 
 
-def sequential_eval(turns, cfg: SuffixConfig, calibration, costs: VerifyCosts):
+def sequential_eval(turns, calibration, costs: VerifyCosts):
     """Exact sequential replays of model-free drafting: (emitted, ms) per step, per proposer."""
     ms = dict(costs.bucket_ms)
     rows = []
@@ -386,8 +386,9 @@ def sequential_eval(turns, cfg: SuffixConfig, calibration, costs: VerifyCosts):
     for budget in ("fixed", "adaptive"):
         rows = []
         for t in turns:
-            prop = HybridProposer("suffix", budget, max_nodes=64 if budget == "adaptive" else FIXED_NODES,
-                                  suffix=cfg, calibration=calibration, costs=costs, learn_costs=False)
+            drafting = DraftingConfig(proposer="suffix", budget=budget,
+                                      max_nodes=64 if budget == "adaptive" else FIXED_NODES)
+            prop = HybridProposer(drafting, buckets=list(ms), calibration=calibration, costs=costs, learn_costs=False)
             for st in replay(prop, t.prompt, t.output):
                 bucket = min(b for b in ms if b >= st.nodes)
                 rows.append((st.emitted, ms[bucket] + costs.suffix_ms))
@@ -466,7 +467,7 @@ def main(argv=None) -> int:
             for gname in sorted({g for gs in step_groups for g in gs}):
                 sel = [row for row, gs in zip(r, step_groups) if gname in gs]
                 per_group.setdefault(gname, {})[policy] = summarize(sel, greedy_ms)
-        for policy, r in sequential_eval(ts, cfg, calibration, costs).items():
+        for policy, r in sequential_eval(ts, calibration, costs).items():
             per_group["all"][policy] = summarize(r, greedy_ms)
         tables[half] = {"groups": per_group, "hybrid_adaptive_grow_share": round(grew, 3)}
         print(f"{half} half evaluated ({time.time() - t0:.1f} s)")
@@ -488,7 +489,7 @@ def main(argv=None) -> int:
                 section[half] = {"turns": len(sel),
                                  "eagle_reliability_raw": eagle_reliability(sel, recorded, 1.0),
                                  "eagle_reliability": eagle_reliability(sel, recorded, power),
-                                 "groups": sequential_groups(sel, recorded, cfg, calibration, costs, greedy_ms, power)}
+                                 "groups": sequential_groups(sel, recorded, calibration, costs, greedy_ms)}
                 print(f"recorded head, {half} half: {len(sel)} turns replayed ({time.time() - t0:.1f} s)")
         result["recorded_head"] = section
     result["halves"] = tables

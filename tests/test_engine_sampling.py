@@ -7,6 +7,7 @@ import pytest
 import torch
 from scipy import stats
 
+from mindspore_eagle.drafting import DraftingConfig
 from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.engine import SpeculativeEngine
 from mindspore_eagle.teacher import Teacher
@@ -166,7 +167,8 @@ def hybrid_samples(teacher, model, runs):
     from mindspore_eagle.draft.merge import SOURCE_EAGLE, SOURCE_SUFFIX
 
     stub = TopTokensEagle(model)
-    prop = HybridProposer("hybrid", "fixed", eagle=stub, max_nodes=16)
+    prop = HybridProposer(DraftingConfig(proposer="hybrid", budget="fixed", max_nodes=16), stub,
+                          buckets=teacher.runtime.buckets)
     stub.sequence = lambda: prop.index.tokens
     engine = SpeculativeEngine(teacher)
     samples, sources = [], set()

@@ -7,6 +7,7 @@ import pytest
 from mindspore_eagle.draft import load_proposer
 from mindspore_eagle.draft.hybrid import HybridProposer
 from mindspore_eagle.draft_config import TreeBudget
+from mindspore_eagle.drafting import DraftingConfig
 from mindspore_eagle.engine import SpeculativeEngine
 
 COPY = "Copy this list exactly: apples, bananas, cherries, dates, elderberries, figs, grapes."
@@ -32,8 +33,8 @@ def test_default_model_suffix_and_hybrid_equal_greedy(default_teacher, eagle, pr
     teacher, tok = default_teacher
     greedy = run(teacher, tok, prompt, n)
     for mode, budget in combos:
-        prop = HybridProposer(mode, budget, eagle=eagle, max_nodes=16 if budget == "fixed" else 64,
-                              buckets=teacher.runtime.buckets)
+        drafting = DraftingConfig(proposer=mode, budget=budget, max_nodes=16 if budget == "fixed" else 64)
+        prop = HybridProposer(drafting, eagle, buckets=teacher.runtime.buckets)
         spec = run(teacher, tok, prompt, n, prop)
         assert spec.tokens == greedy.tokens, (mode, budget)
         if prompt is COPY and mode == "suffix":  # the answer copies the prompt: long suffix chains accepted

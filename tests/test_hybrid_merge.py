@@ -11,6 +11,7 @@ from mindspore_eagle.draft.budget import CostTracker, EagleProfile, VerifyCosts,
 from mindspore_eagle.draft.grow import select_tree
 from mindspore_eagle.draft.merge import (SOURCE_BOTH, SOURCE_EAGLE, SOURCE_ROOT, SOURCE_SUFFIX, CandidateTree,
                                          merge_trees, select, union)
+from mindspore_eagle.drafting import DraftingConfig
 from mindspore_eagle.errors import ConfigError, TreeInvariantError
 from mindspore_eagle.tree import check_tree
 
@@ -164,6 +165,8 @@ def test_candidate_trees_are_validated():
 # ----- the adaptive budget ---------------------------------------------------------------------------------
 
 COSTS = VerifyCosts(((1, 70.0), (8, 125.0), (16, 126.0), (32, 176.0)), grow_ms=25.0)
+COST_BUCKETS = (1, 8, 16, 32)
+SUFFIX_ADAPTIVE = DraftingConfig(proposer="suffix", budget="adaptive", max_nodes=16)
 
 
 def brute_force_plan(p, costs, draft_ms):
@@ -247,7 +250,7 @@ def test_an_adaptive_proposer_learns_costs_from_the_time_between_propose_and_acc
     from mindspore_eagle.verify import Acceptance
 
     now = [0.0]
-    prop = HybridProposer("suffix", "adaptive", costs=COSTS, clock=lambda: now[0])
+    prop = HybridProposer(SUFFIX_ADAPTIVE, buckets=COST_BUCKETS, costs=COSTS, clock=lambda: now[0])
     seq = [1, 2, 3, 4] * 6
     prop.begin(seq, np.zeros((len(seq), 0), np.float32), 1)
     for _ in range(3):
@@ -267,7 +270,7 @@ def test_a_tree_the_engine_replaced_by_the_root_alone_is_charged_to_the_root_buc
     from mindspore_eagle.verify import Acceptance
 
     now = [0.0]
-    prop = HybridProposer("suffix", "adaptive", costs=COSTS, clock=lambda: now[0])
+    prop = HybridProposer(SUFFIX_ADAPTIVE, buckets=COST_BUCKETS, costs=COSTS, clock=lambda: now[0])
     seq = [1, 2, 3, 4] * 6
     prop.begin(seq, np.zeros((len(seq), 0), np.float32), 1)
     observed = []
@@ -307,8 +310,8 @@ def test_a_growth_is_charged_one_steps_share_of_the_deferred_catch_up():
 
     clock = [0.0]
     head = _ClockedHead(clock)
-    prop = HybridProposer("hybrid", "adaptive", eagle=head, max_nodes=8, costs=COSTS, buckets=(1, 8, 16, 32),
-                          explore_every=4, clock=lambda: clock[0])
+    prop = HybridProposer(DraftingConfig(proposer="hybrid", budget="adaptive", max_nodes=8), head,
+                          buckets=COST_BUCKETS, costs=COSTS, explore_every=4, clock=lambda: clock[0])
     prop.profile.mean, prop.profile.updates = np.zeros(1), prop.profile.warmup  # a head that never pays
     prop.begin([1, 2, 3], np.zeros((3, 4), np.float32), 4)
     root = 4

@@ -12,6 +12,7 @@ from mindspore_eagle.draft.budget import VerifyCosts
 from mindspore_eagle.draft.hybrid import HybridProposer
 from mindspore_eagle.draft.replay import replay
 from mindspore_eagle.draft_config import TreeBudget
+from mindspore_eagle.drafting import DraftingConfig
 from mindspore_eagle.engine import SpeculativeEngine
 from mindspore_eagle.errors import ConfigError, TreeInvariantError
 from mindspore_eagle.models.eagle3 import Eagle3DraftHead
@@ -62,8 +63,8 @@ def setup(parts):
 def test_every_mode_and_budget_equals_greedy_token_for_token(setup, mode, budget):
     teacher, eagle, _, futures = setup
     for prompt, future in zip(PROMPTS, futures):
-        prop = HybridProposer(mode, budget, eagle=eagle, max_nodes=16, costs=CHEAP_GROWTH,
-                              buckets=teacher.runtime.buckets)
+        prop = HybridProposer(DraftingConfig(proposer=mode, budget=budget, max_nodes=16), eagle,
+                              buckets=teacher.runtime.buckets, costs=CHEAP_GROWTH)
         gen = SpeculativeEngine(teacher).generate(prompt, N, proposer=prop)
         assert list(gen.tokens) == future
         assert len(prop.log) == gen.cycles
@@ -76,7 +77,8 @@ def test_every_mode_and_budget_equals_greedy_token_for_token(setup, mode, budget
 
 def test_eagle_fixed_mode_proposes_exactly_the_head_trees(setup):
     teacher, eagle, plain, futures = setup
-    prop = HybridProposer("eagle", "fixed", eagle=eagle, max_nodes=BUDGET.max_nodes)
+    prop = HybridProposer(DraftingConfig(proposer="eagle", budget="fixed", max_nodes=BUDGET.max_nodes), eagle,
+                          buckets=teacher.runtime.buckets)
     a = SpeculativeEngine(teacher).generate(PROMPTS[2], N, proposer=prop)
     b = SpeculativeEngine(teacher).generate(PROMPTS[2], N, proposer=plain)
     assert [(s.tree_nodes, s.path) for s in a.steps] == [(s.tree_nodes, s.path) for s in b.steps]
@@ -102,8 +104,8 @@ class CaptureFeatures:
 def test_head_context_equals_a_head_fed_the_whole_sequence_when_the_suffix_branch_drafted(setup, costs):
     teacher, eagle, ref, _ = setup
     prompt = PROMPTS[2]
-    prop = HybridProposer("hybrid", "adaptive", eagle=eagle, max_nodes=16, costs=costs,
-                          buckets=teacher.runtime.buckets, learn_costs=False)  # the costs decide when it grows
+    prop = HybridProposer(DraftingConfig(proposer="hybrid", budget="adaptive", max_nodes=16), eagle,
+                          buckets=teacher.runtime.buckets, costs=costs, learn_costs=False)  # costs decide the growth
     gen = SpeculativeEngine(teacher).generate(prompt, N, proposer=prop)
     by_source = prop.accepted_by_source()
     assert by_source["suffix"] > 0, by_source
@@ -130,16 +132,17 @@ def test_head_context_equals_a_head_fed_the_whole_sequence_when_the_suffix_branc
 def test_the_suffix_calibration_learns_from_the_engine_steps_and_the_output_stays_greedy(setup):
     teacher, eagle, _, futures = setup
     prompt, future = PROMPTS[-1], futures[-1]  # the periodic prompt: suffix candidates every step
-    learnt = HybridProposer("hybrid", "adaptive", eagle=eagle, max_nodes=16, costs=CHEAP_GROWTH,
-                            buckets=teacher.runtime.buckets, learn_acceptance=True)
+    online = DraftingConfig(proposer="hybrid", budget="adaptive", max_nodes=16, suffix_calibration="online")
+    learnt = HybridProposer(online, eagle, buckets=teacher.runtime.buckets, costs=CHEAP_GROWTH)
     assert list(SpeculativeEngine(teacher).generate(prompt, N, proposer=learnt).tokens) == future
     assert learnt.learner is learnt.calibration and learnt.learner.labels > 0
     assert not np.allclose(learnt.learner.ratio, 1.0)  # the steps moved it
     labels = learnt.learner.labels
     learnt.begin(prompt, np.zeros((len(prompt), 3 * teacher.cfg.hidden_size), np.float32), future[0])
     assert learnt.learner.labels == labels  # a new request keeps what was learnt (it describes the teacher too)
-    shipped = HybridProposer("hybrid", "adaptive", eagle=eagle, max_nodes=16, costs=CHEAP_GROWTH,
-                             buckets=teacher.runtime.buckets, learn_acceptance=False)
+    shipped = HybridProposer(DraftingConfig(proposer="hybrid", budget="adaptive", max_nodes=16,
+                                            suffix_calibration="shipped"), eagle,
+                             buckets=teacher.runtime.buckets, costs=CHEAP_GROWTH)
     assert list(SpeculativeEngine(teacher).generate(prompt, N, proposer=shipped).tokens) == future
     assert shipped.learner is None
 
@@ -147,9 +150,11 @@ def test_the_suffix_calibration_learns_from_the_engine_steps_and_the_output_stay
 @pytest.mark.parametrize("budget", ["fixed", "adaptive"])
 def test_offline_replay_reproduces_the_engine_steps(setup, budget):
     teacher, _, _, _ = setup
+    drafting = DraftingConfig(proposer="suffix", budget=budget, max_nodes=16)
     for prompt in PROMPTS:  # the same cost table on both sides (no learning from wall-clock time)
-        gen = SpeculativeEngine(teacher).generate(prompt, N, proposer=HybridProposer("suffix", budget, learn_costs=False))
-        steps = replay(HybridProposer("suffix", budget, learn_costs=False), prompt, gen.tokens)
+        gen = SpeculativeEngine(teacher).generate(
+            prompt, N, proposer=HybridProposer(drafting, buckets=teacher.runtime.buckets, learn_costs=False))
+        steps = replay(HybridProposer(drafting, buckets=teacher.runtime.buckets, learn_costs=False), prompt, gen.tokens)
         # Every step but the last is the engine's; the last one is cut where the known output ends.
         assert len(steps) == gen.cycles
         assert [(s.nodes, s.emitted) for s in steps[:-1]] == [(s.tree_nodes, s.emitted) for s in gen.steps[:-1]]
@@ -157,18 +162,24 @@ def test_offline_replay_reproduces_the_engine_steps(setup, budget):
 
 
 def test_bad_configurations_and_a_foreign_root_are_refused(setup):
+    """Only what a DraftingConfig cannot know is checked here (an unknown proposer or budget, or max_nodes 0, is
+    refused where the config is made: tests/test_build.py)."""
     teacher, eagle, _, _ = setup
-    with pytest.raises(ConfigError, match="mode='tree'"):
-        HybridProposer("tree")
-    with pytest.raises(ConfigError, match="budget='auto'"):
-        HybridProposer("suffix", "auto")
-    with pytest.raises(ConfigError, match="needs an Eagle3Proposer"):
-        HybridProposer("hybrid")
-    with pytest.raises(ConfigError, match="max_nodes=0"):
-        HybridProposer("suffix", max_nodes=0)
+    suffix = DraftingConfig(proposer="suffix", max_nodes=16)
+    buckets = teacher.runtime.buckets
+    with pytest.raises(ConfigError, match="expected a DraftingConfig, got 'hybrid'"):
+        HybridProposer("hybrid", buckets=buckets)
+    with pytest.raises(ConfigError, match="proposer='hybrid' needs an Eagle3Proposer"):
+        HybridProposer(DraftingConfig(), buckets=buckets)
+    with pytest.raises(ConfigError, match="head='oracle' is an oracle"):
+        HybridProposer(DraftingConfig(head="oracle"), eagle, buckets=buckets)
+    with pytest.raises(ConfigError, match=r"max_nodes=64: exceeds the largest verification bucket 32"):
+        HybridProposer(DraftingConfig(proposer="suffix", max_nodes=64), buckets=buckets)
+    with pytest.raises(ConfigError, match="explore_every=0"):
+        HybridProposer(suffix, buckets=buckets, explore_every=0)
     with pytest.raises(ConfigError, match="no cost for buckets"):
-        HybridProposer("suffix", costs=VerifyCosts(((1, 70.0), (8, 100.0))), buckets=(1, 8, 16))
-    prop = HybridProposer("suffix")
+        HybridProposer(suffix, costs=VerifyCosts(((1, 70.0), (8, 100.0))), buckets=(1, 8, 16))
+    prop = HybridProposer(suffix, buckets=buckets)
     prop.begin([1, 2, 3], np.zeros((3, 0), np.float32), 4)
     with pytest.raises(TreeInvariantError, match="ends with 4"):
         prop.propose(5)
@@ -185,8 +196,8 @@ def test_after_warm_up_no_catch_up_of_the_head_compiles_inside_a_request(parts):
     teacher, make_eagle, futures = parts
     eagle = make_eagle()
     assert eagle.first_call_s == {}
-    prop = HybridProposer("hybrid", "adaptive", eagle=eagle, max_nodes=32, costs=COSTLY_GROWTH,
-                          buckets=teacher.runtime.buckets, learn_costs=False, explore_every=1000)
+    prop = HybridProposer(DraftingConfig(proposer="hybrid", budget="adaptive", max_nodes=32), eagle,
+                          buckets=teacher.runtime.buckets, costs=COSTLY_GROWTH, learn_costs=False, explore_every=1000)
     engine = SpeculativeEngine(teacher)
     warm_up(engine, lambda greedy: prop, PROMPTS[0], N)
     compiled = dict(eagle.first_call_s)

@@ -10,6 +10,7 @@ from mindspore_eagle.draft.hybrid import HybridProposer
 from mindspore_eagle.draft.online_calibration import OnlineCalibration, labelled_nodes
 from mindspore_eagle.draft.replay import replay
 from mindspore_eagle.draft.calibration import ROLES, NodeFeatures, SuffixCalibration, default_calibration
+from mindspore_eagle.drafting import DraftingConfig
 from mindspore_eagle.errors import ConfigError
 
 
@@ -100,8 +101,10 @@ def test_a_table_that_underestimates_acceptance_is_corrected_while_drafting():
     for learn in (False, True):
         # learn_ratio=False: the proposer's global AcceptanceRatio would correct the scaled table too; the test
         # isolates the online table's own correction
-        prop = HybridProposer("suffix", "adaptive", max_nodes=64, calibration=low, costs=costs, learn_costs=False,
-                              learn_acceptance=learn, learn_ratio=False)
+        drafting = DraftingConfig(proposer="suffix", budget="adaptive", max_nodes=64,
+                                  suffix_calibration="online" if learn else "shipped")
+        prop = HybridProposer(drafting, buckets=(1, 8, 16, 32, 64), calibration=low, costs=costs, learn_costs=False,
+                              learn_ratio=False)
         steps = replay(prop, prompt, output)
         assert sum(s.emitted for s in steps) == len(output) - 1
         tau[learn] = np.mean([s.emitted for s in steps])

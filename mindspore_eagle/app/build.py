@@ -3,8 +3,9 @@
 ``mindspore-eagle generate / bench / eval``, the msrun generation script, the sweep and ablation scripts and the
 MindFormers adapter all build through ``build``, so every one of them gets the same checks in the same order:
 
-1. the deployment plan (``deploy.prepare``: device, Ascend limits, compile cache), which also picks the attention
-   core -- the *one* ``AttentionChoice``, passed explicitly to the teacher and to the draft head;
+1. the deployment plan (``deploy.prepare``: device, Ascend limits, compile cache), which also picks how the models
+   compute -- the *one* ``compute.ComputeChoice`` (attention core and matmul), passed explicitly to the teacher and
+   to the draft head;
 2. the drafting (``DraftingConfig``, validated where it was made) against the runtime's buckets
    (``DraftingConfig.check_fits``) before any weight is read;
 3. the teacher (strict load), the tokenizer and the end-of-turn ids;
@@ -21,7 +22,7 @@ import os
 from dataclasses import dataclass
 
 from ..draft_config import DraftConfig
-from ..drafting import ORACLES, BudgetMode, CalibrationMode, DraftingConfig, Proposer
+from ..drafting import ORACLES, BudgetMode, DraftingConfig, Proposer
 from ..engine import SpeculativeEngine
 from ..errors import ConfigError
 from ..runtime import RuntimeConfig
@@ -56,9 +57,7 @@ class Stack:
         if drafting.proposer is Proposer.EAGLE and drafting.budget is BudgetMode.FIXED:
             made = head  # the plain EAGLE-3 proposer: exactly its trees
         else:
-            made = HybridProposer(drafting.proposer.value, drafting.budget.value, eagle=head,
-                                  max_nodes=drafting.max_nodes, buckets=self.teacher.runtime.buckets.sizes,
-                                  learn_acceptance=drafting.suffix_calibration is CalibrationMode.ONLINE)
+            made = HybridProposer(drafting, head, buckets=self.teacher.runtime.buckets)
         label = "suffix" if head is None else os.path.abspath(drafting.head or default_head_dir())
         return dataclasses.replace(self, proposer_for=lambda greedy: made, draft_label=label, drafting=drafting)
 
@@ -80,8 +79,8 @@ def build(model: str | None, runtime: RuntimeConfig, drafting: DraftingConfig | 
     if drafting is not None and drafting.uses_head and runtime.device == "Ascend":
         head_dir = drafting.head or default_head_dir()
         draft_cfg = DraftConfig.load(head_dir) if os.path.isdir(head_dir) else None  # a missing one: reported below
-    choice = deploy.prepare(runtime, drafting, teacher_cfg, deployment, draft_cfg)
-    teacher = Teacher.load(model_dir, runtime, choice)  # Linears: runtime.dtype / runtime.matmul (kernels.matmul_for)
+    choice = deploy.prepare(runtime, drafting, teacher_cfg, deployment, draft_cfg)  # compute.choose
+    teacher = Teacher.load(model_dir, runtime, choice)
     tok = None
     if tokenizer:
         from ..tokenizer import load_tokenizer

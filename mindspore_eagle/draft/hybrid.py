@@ -17,12 +17,13 @@ of steps drafted by the suffix alone thus costs the head nothing until it is nee
 same as if it had been extended every step. The suffix index follows the same tokens (``SuffixIndex.extend``).
 
 The suffix candidates' acceptance estimates start from the shipped table and follow what the teacher accepts
-(``OnlineCalibration``, opt-in: ``learn_acceptance``): every verified step labels the suffix candidates whose
-parent path was committed, so a teacher or a request that copies less (or more) than the table's stops being over- (or under-)
-drafted within a few dozen steps. Off by default: with the default teacher, whose trace the table was fitted
-on, it lost 2.4% tau on 48 evaluation turns in the engine (results/suffix-calibration/hybrid-48-*); it is for
-teachers the table was not fitted on: replayed over the 240 turns with a table whose odds are 4x too high or too
-low (``experiments/replay_calibration.py``), it wins back all of the wrong table's lost ms/token (0.99 and 1.02).
+(``OnlineCalibration``, opt-in: ``DraftingConfig.suffix_calibration`` online): every verified step labels the
+suffix candidates whose parent path was committed, so a teacher or a request that copies less (or more) than the
+table's stops being over- (or under-) drafted within a few dozen steps. Off by default: with the default teacher,
+whose trace the table was fitted on, it lost 2.4% tau on 48 evaluation turns in the engine
+(results/suffix-calibration/hybrid-48-*); it is for teachers the table was not fitted on: replayed over the 240
+turns with a table whose odds are 4x too high or too low (``experiments/replay_calibration.py``), it wins back all
+of the wrong table's lost ms/token (0.99 and 1.02).
 
 One step:
 
@@ -48,7 +49,7 @@ import numpy as np
 
 from ..errors import ConfigError, TreeInvariantError
 from ..runtime import Buckets, smallest_holding
-from ..drafting import BudgetMode, Proposer
+from ..drafting import CalibrationMode, DraftingConfig
 from ..tree.layout import TreeLayout
 from .budget import AcceptanceRatio, CostTracker, EagleProfile, VerifyCosts, plan_budget, should_grow
 from .grow import select_tree
@@ -57,9 +58,6 @@ from .merge import (SOURCE_BOTH, SOURCE_EAGLE, SOURCE_ROOT, SOURCE_SUFFIX, Candi
 from .online_calibration import OnlineCalibration, labelled_nodes
 from .calibration import NodeFeatures, SuffixCalibration, default_calibration
 from .suffix import SuffixConfig, SuffixIndex, suffix_proposal
-
-MODES = tuple(m.value for m in Proposer)  # the names are DraftingConfig's (drafting.py)
-BUDGETS = tuple(m.value for m in BudgetMode)
 
 
 @dataclass(frozen=True)
@@ -78,56 +76,59 @@ class StepProposal:
 class HybridProposer:
     """The engine's ``Proposer`` over an optional ``Eagle3Proposer`` and a ``SuffixIndex`` (module docstring).
 
-    ``max_nodes``: the fixed budget (root included), and the cap of the adaptive one. ``costs``: the measured
-    ``VerifyCosts`` the adaptive rule uses (default: the default teacher on a 2-core CPU); only the buckets
-    ``<= max_nodes``'s bucket among ``buckets`` (the teacher's) are considered. ``eagle_power``: the head's
-    calibration (``draft.merge``). ``skip_growth`` (adaptive hybrid only): False grows the head every step
-    (an ablation of ``should_grow``); otherwise the head still grows at least every ``explore_every`` steps,
-    to keep the profile ``should_grow`` relies on current. The profile and that count persist across requests
-    (they describe the head, not the conversation). ``learn_costs`` (adaptive only): ``costs`` is the prior of a
-    ``CostTracker`` that follows the step costs this proposer observes (``clock`` is its time source).
-    ``learn_acceptance`` (suffix source on): ``calibration`` (default: the shipped table) is the prior of an
-    ``OnlineCalibration`` that every verified step corrects with the suffix candidates it labels; like the
-    profile, it persists across requests. ``learn_ratio`` (adaptive only): scale every estimate by what the
-    teacher accepts (``budget.AcceptanceRatio``), also across requests."""
+    Built from the ``DraftingConfig`` itself, which was validated where it was made: its sources (``proposer``),
+    budget rule, bound (``max_nodes``: the fixed budget, root included, and the cap of the adaptive one) and
+    ``suffix_calibration`` (online: ``calibration`` is the prior of an ``OnlineCalibration`` that every verified
+    step corrects with the suffix candidates it labels; like the profile, it persists across requests). The head's
+    growth (``depth``, ``top_k``) is the given ``eagle``'s own. Checked here is only what the config cannot know:
+    that a head is given when the proposer grows one, and that ``max_nodes`` fits the teacher's ``buckets``.
 
-    def __init__(self, mode: str = "hybrid", budget: str = "fixed", eagle=None, max_nodes: int = 16,
-                 suffix: SuffixConfig = SuffixConfig(), calibration: SuffixCalibration | None = None,
-                 costs: VerifyCosts | None = None, buckets: Sequence[int] | None = None, eagle_power: float = 1.0,
-                 skip_growth: bool = True, explore_every: int = 32, learn_costs: bool = True,
-                 learn_acceptance: bool = False, learn_ratio: bool = True,
+    What the config does not hold, from the runtime that builds the proposer: ``buckets``, the teacher's
+    verification buckets (the adaptive rule considers those up to ``max_nodes``'s bucket); ``costs``, their
+    measured ``VerifyCosts`` (default: the default teacher on a 2-core CPU); ``calibration``, the suffix acceptance
+    table (default: the shipped one); ``learn_costs`` (adaptive only): ``costs`` is the prior of a ``CostTracker``
+    that follows the step costs this proposer observes (``clock`` is its time source; the batch engine turns it
+    off: it measures its batched forward itself).
+
+    Two settings no configuration changes, kept because tests isolate a behaviour with them: ``learn_ratio``
+    (adaptive only): scale every estimate by what the teacher accepts (``budget.AcceptanceRatio``, across
+    requests). ``explore_every`` (adaptive hybrid): grow the head at least every that many steps even when
+    ``should_grow`` says no, to keep the profile it relies on current (the profile and that count persist across
+    requests: they describe the head, not the conversation); 1 grows it every step (the always-grow ablation of
+    ``scripts/replay_suffix.py``)."""
+
+    def __init__(self, drafting: DraftingConfig, eagle=None, *, buckets: Buckets | Sequence[int],
+                 costs: VerifyCosts | None = None, calibration: SuffixCalibration | None = None,
+                 learn_costs: bool = True, learn_ratio: bool = True, explore_every: int = 32,
                  clock: Callable[[], float] = time.perf_counter):
-        if mode not in MODES:
-            raise ConfigError(f"HybridProposer mode={mode!r}: expected one of {MODES}")
-        if budget not in BUDGETS:
-            raise ConfigError(f"HybridProposer budget={budget!r}: expected one of {BUDGETS}")
+        if not isinstance(drafting, DraftingConfig):
+            raise ConfigError(f"HybridProposer: expected a DraftingConfig, got {drafting!r}")
+        if drafting.oracle:
+            raise ConfigError(f"HybridProposer: head={drafting.head!r} is an oracle, which replaces the proposer "
+                              "(build.oracle_factory)")
+        mode, budget, max_nodes = drafting.proposer.value, drafting.budget.value, drafting.max_nodes
         if mode != "suffix" and eagle is None:
-            raise ConfigError(f"HybridProposer mode={mode!r} needs an Eagle3Proposer (eagle=...); "
-                              "mode='suffix' needs none")
-        buckets = tuple(buckets.sizes if isinstance(buckets, Buckets) else buckets) if buckets is not None else None
-        top = (buckets or Buckets().sizes)[-1]
-        if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or not 1 <= max_nodes <= top:
-            raise ConfigError(f"HybridProposer max_nodes={max_nodes!r}: must be an integer in [1, {top}] "
-                              "(the largest verification bucket)")
-        if not eagle_power > 0:
-            raise ConfigError(f"HybridProposer eagle_power={eagle_power!r}: must be > 0")
+            raise ConfigError(f"HybridProposer proposer={mode!r} needs an Eagle3Proposer (eagle=...); "
+                              "proposer 'suffix' needs none")
+        buckets = (buckets if isinstance(buckets, Buckets) else Buckets(tuple(buckets))).sizes
+        if max_nodes > buckets[-1]:
+            raise ConfigError(f"HybridProposer max_nodes={max_nodes}: exceeds the largest verification bucket "
+                              f"{buckets[-1]} of {buckets}")
         if isinstance(explore_every, bool) or not isinstance(explore_every, int) or explore_every < 1:
             raise ConfigError(f"HybridProposer explore_every={explore_every!r}: must be an integer >= 1")
         self.explore_every = explore_every
         self._since_growth = 0
         self.mode, self.budget = mode, budget
-        self.eagle_power, self.skip_growth = float(eagle_power), bool(skip_growth)
         self.eagle = eagle if mode != "suffix" else None
         self.max_nodes = max_nodes
-        self.suffix_cfg = suffix
+        self.suffix_cfg = SuffixConfig()  # the suffix index's settings: no configuration varies them
         calibration = calibration if calibration is not None else default_calibration()
-        self.learner = (OnlineCalibration(calibration) if learn_acceptance and mode != "eagle"
+        learn_acceptance = drafting.suffix_calibration is CalibrationMode.ONLINE  # never with proposer 'eagle'
+        self.learner = (OnlineCalibration(calibration) if learn_acceptance
                         and isinstance(calibration, SuffixCalibration) else None)
         self.calibration = self.learner if self.learner is not None else calibration
         self._suffix = None  # (CandidateTree, NodeFeatures) of the last proposal's suffix candidates
-        costs = costs if costs is not None else VerifyCosts()
-        if buckets is not None:
-            costs = costs.restricted(buckets)
+        costs = (costs if costs is not None else VerifyCosts()).restricted(buckets)
         cap = smallest_holding([b for b, _ in costs.bucket_ms], max_nodes, costs.bucket_ms[-1][0])
         self.costs = VerifyCosts(tuple((b, ms) for b, ms in costs.bucket_ms if b <= cap), costs.grow_ms,
                                  costs.suffix_ms)
@@ -136,7 +137,7 @@ class HybridProposer:
         self.ratio = AcceptanceRatio() if budget == "adaptive" and learn_ratio else None
         self._clock = clock
         self._proposed_at: float | None = None
-        self.index = SuffixIndex(suffix.max_match)
+        self.index = SuffixIndex(self.suffix_cfg.max_match)
         self.profile = EagleProfile()
         self.log: list[StepProposal] = []
         self._pending_tokens: list[int] = []
@@ -193,7 +194,7 @@ class HybridProposer:
         self._suffix = (suffix_proposal(self.index, self.suffix_cfg, self.calibration) if self.mode != "eagle"
                         else None)
         suffix = self._suffix[0] if self._suffix is not None else None
-        grow = self.eagle is not None and (self.mode == "eagle" or self.budget == "fixed" or not self.skip_growth
+        grow = self.eagle is not None and (self.mode == "eagle" or self.budget == "fixed"
                                            or self._since_growth + 1 >= self.explore_every
                                            or should_grow(self._scaled(_sorted(suffix)), _best_child(suffix),
                                                           self.profile, self.costs, self._factor()))
@@ -214,9 +215,9 @@ class HybridProposer:
                 grown = select_tree(root, scores, tokens, parents, self.max_nodes)
                 source = np.full(grown.layout.num_nodes, SOURCE_EAGLE, np.int8)
                 source[0] = SOURCE_ROOT
-                return self._record(MergedTree(grown.layout, CandidateTree.from_grown(grown, self.eagle_power).probs,
-                                               source), True, None, 0)
-            eagle = CandidateTree.from_eagle(root, scores, tokens, parents, self.eagle_power)
+                return self._record(MergedTree(grown.layout, CandidateTree.from_grown(grown).probs, source), True,
+                                    None, 0)
+            eagle = CandidateTree.from_eagle(root, scores, tokens, parents)
             self.profile.update(_sorted(eagle))
         self._grew = grow
         self.draft_ms = (self.costs.suffix_ms if suffix is not None else 0.0) + (self.costs.grow_ms if grow else 0.0)
@@ -303,4 +304,4 @@ def _best_child(tree: CandidateTree | None) -> float:
     return float(tree.probs[1:][first].max())
 
 
-__all__ = ["BUDGETS", "HybridProposer", "MODES", "StepProposal"]
+__all__ = ["HybridProposer", "StepProposal"]

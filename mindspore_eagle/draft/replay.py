@@ -3,7 +3,7 @@
 When ``output`` is the teacher's greedy continuation of ``prompt``, greedy verification of any tree is a pure
 function of the tree and ``output``: the accepted path is the longest root-to-node path spelling the next
 output tokens (``accepted_path``), and the bonus is the output token after it. A proposer that needs no teacher
-features (``HybridProposer(mode="suffix")``) therefore runs through exactly the steps it would run in the
+features (a ``HybridProposer`` of proposer "suffix") therefore runs through exactly the steps it would run in the
 engine, with its real ``begin / propose / accept`` calls; ``scripts/replay_suffix.py`` uses this on the committed
 evaluation trace, and a test checks it against the engine.
 """

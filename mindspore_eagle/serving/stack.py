@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..app.build import check_cache_memory
 from ..runtime import Buckets, RuntimeConfig
 from ..teacher_config import TeacherConfig
-from ..drafting import BudgetMode, CalibrationMode, DraftingConfig, Proposer
+from ..drafting import BudgetMode, DraftingConfig, Proposer
 from ..errors import ConfigError
 from .batch import BatchEngine
 
@@ -37,10 +37,11 @@ class BatchStack:
 
 
 def suffix_factory(buckets: Buckets, drafting: DraftingConfig):
-    """Per request, a suffix-index proposer with the adaptive rule's candidates (the engine ranks them globally).
-    ``learn_costs`` is off: the engine measures the cost of the batched forward itself. One ``AcceptanceRatio`` is
-    shared by every request's proposer: what the teacher accepts is learnt across requests, as the single-request
-    engine's one proposer does (a fresh ratio per request would start every request at the prior)."""
+    """Per request, the suffix-index proposer ``drafting`` describes (suffix, adaptive: ``build_batch`` refuses
+    anything else), whose candidates the engine ranks globally. ``learn_costs`` is off: the engine measures the cost
+    of the batched forward itself. One ``AcceptanceRatio`` is shared by every request's proposer: what the teacher
+    accepts is learnt across requests, as the single-request engine's one proposer does (a fresh ratio per request
+    would start every request at the prior)."""
     from ..draft.budget import AcceptanceRatio, VerifyCosts
     from ..draft.hybrid import HybridProposer
 
@@ -48,9 +49,7 @@ def suffix_factory(buckets: Buckets, drafting: DraftingConfig):
     ratio = AcceptanceRatio()
 
     def make():
-        prop = HybridProposer("suffix", "adaptive", max_nodes=drafting.max_nodes, buckets=buckets.sizes, costs=costs,
-                              learn_costs=False,
-                              learn_acceptance=drafting.suffix_calibration is CalibrationMode.ONLINE)
+        prop = HybridProposer(drafting, buckets=buckets, costs=costs, learn_costs=False)
         prop.ratio = ratio
         return prop
 
