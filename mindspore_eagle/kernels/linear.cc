@@ -24,8 +24,8 @@
 // N is read from the output shape. MseKernelStats() reports the calls and wall time spent in the entry points.
 //
 // Threading: MindSpore calls an AOT kernel on one thread. The library can run its own small pool (the caller
-// plus MSE_KERNEL_THREADS - 1 workers, at most 8) that takes column chunks from a shared counter; which thread
-// computes a column never changes its value. Default: one thread per CPU this process may run on (at most 8);
+// plus MSE_KERNEL_THREADS - 1 workers, at most 8) that takes work items from a shared counter (column chunks
+// here; attention's items through mse::parallel_for); which thread computes a column never changes its value. Default: one thread per CPU this process may run on (at most 8);
 // MSE_KERNEL_THREADS overrides. Measured on an idle 2-vCPU AMD EPYC Zen 3 VM (teacher forward, native Q4_1, one
 // process, side by side): 1 / 4 / 16 / 64 rows 20.5 / 42.9 / 98.7 / 248 ms with 1 thread, 12.9 / 27.6 / 64.6 /
 // 137 ms with 2. (Earlier, on development machines shared with other jobs, a second thread was slower: the caller
