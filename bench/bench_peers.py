@@ -1,7 +1,7 @@
 """Peer benchmark: our greedy and speculative decoding next to what a user would run instead on the same CPU.
 
 Systems (rows), on the same prompts (``evalset:N``: the first turns of N conversations spread over the evaluation
-set), the same weights (the default teacher's GGUF, dequantized; our converted directory holds the same numbers)
+set; or ``--prompts-file``, e.g. prompts the repo does not contain), the same weights (the default teacher's GGUF, dequantized; our converted directory holds the same numbers)
 and the same input ids (our chat template and tokenizer, ``Tokenizer.encode_chat``; the JSON says on how many
 prompts transformers' own chat template gives the same ids):
 
@@ -38,7 +38,7 @@ transformers fp32 greedy, and the greedy of the same library and precision (``ow
 is cut the same way (at most ``--max-new-tokens``, up to and including the first end-of-turn token). Prints a table;
 the last stdout line is one JSON object.
 
-    python bench/bench_peers.py [--prompts 8] [--max-new-tokens 64] [--eagle-src DIR] [--pld 3,5,10]
+    python bench/bench_peers.py [--prompts 8 | --prompts-file F.jsonl] [--max-new-tokens 64] [--eagle-src DIR] [--pld 3,5,10]
         [--dtypes float32,bfloat16] [--families ours,hf,pld,eagle,llamacpp] [--llamacpp-python PATH] [--repeats 1]
         [--work-dir DIR]
 
@@ -989,6 +989,8 @@ def llamacpp_fields(python: str | None, gguf: str, work_dir: str) -> dict:
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--prompts", type=int, default=8, help="N first turns spread over the evaluation set")
+    ap.add_argument("--prompts-file", help="JSONL of {\"prompt\": ...} lines instead (e.g. prompts the repo does not "
+                    "contain, to check a target is not tuned to the evaluation set); --prompts is then ignored")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--families", default=",".join(FAMILIES))
@@ -1029,7 +1031,8 @@ def main(argv=None) -> int:
     os.makedirs(work_dir, exist_ok=True)
     model_dir = require_default_model()
     tok = load_tokenizer(model_dir)
-    prompts = load_prompts(f"evalset:{args.prompts}")
+    prompt_spec = args.prompts_file or f"evalset:{args.prompts}"
+    prompts = load_prompts(prompt_spec)
     eos = list(dict.fromkeys([*TeacherConfig.load(model_dir).eos_token_ids, *tok.eos_token_ids]))
     base_req = {"prompts": prompts, "prompt_ids": [tok.encode_chat([{"role": "user", "content": p}]) for p in prompts],
                 "eos": eos, "max_new_tokens": args.max_new_tokens, "gguf": default_gguf_path(),
@@ -1047,7 +1050,7 @@ def main(argv=None) -> int:
     print(format_table(rows))
     hf_ids = rows.get(REFERENCE_HF, {}).get("hf_template_ids_equal_ours")
     summary = {
-        "prompts": f"evalset:{args.prompts}", "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+        "prompts": prompt_spec, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
         "input_ids": "ours (encode_chat)",
         "hf_template_ids_equal_ours": None if hf_ids is None else f"{sum(hf_ids)}/{len(hf_ids)}",
         "speed_reference": f"{REFERENCE_HF}, measured in every pass",
