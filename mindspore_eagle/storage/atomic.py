@@ -210,15 +210,20 @@ def atomic_directory(out_dir: str, overwrite: bool, error: type[EagleError],
 
 
 def write_text(path: str, text: str) -> None:
-    """Write a text file atomically: a temporary sibling, fsynced, then renamed over ``path`` (a reader sees the
-    old file or the whole new one, never half of it; a failed write leaves no temporary behind)."""
+    """Write a text file atomically (``write_bytes`` of its UTF-8 encoding)."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write a file atomically: a temporary sibling, fsynced, then renamed over ``path`` (a reader sees the old file
+    or the whole new one, never half of it; a failed write leaves no temporary behind)."""
     import tempfile
 
     parent = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -228,4 +233,5 @@ def write_text(path: str, text: str) -> None:
         raise
 
 
-__all__ = ["atomic_directory", "check_output_dir", "owner_is_dead", "owner_tag", "recover", "temp_path", "write_text"]
+__all__ = ["atomic_directory", "check_output_dir", "owner_is_dead", "owner_tag", "recover", "temp_path", "write_bytes",
+           "write_text"]

@@ -13,6 +13,8 @@ Pipeline (each step resumable, each a module):
     trainer.py  AdamW + warm-up + clipping, checkpoints, resume, held-out acc_k / simulated tau;
                 ``train_draft_main(argv)`` is the ``train-draft`` command
     export.py   the head in the public EAGLE-3 format (config.json + model.safetensors), atomically
+    ledger.py   the answer ledger: a data directory's answers (~2 bytes per token, no prompt ids) in part files
+                for git; rebuild.py: the shards rebuilt from them, bit for bit, by the teacher's prefill
     identity.py which teacher, data and recipe a data or run directory belongs to (identity.json): a rerun
                 with another is refused instead of mixing the two
     train_config.py  DataConfig (data.py's settings) and TrainConfig (trainer.py's): a recipe file's two sections

@@ -55,6 +55,14 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+def reused_rows(held: Sequence[int], prompt: Sequence[int]) -> int:
+    """Rows a slot whose cache holds the rows of ``held`` keeps for ``prompt``: their common prefix, leaving at least
+    one prompt token to feed (its row yields the first answer token). It is also where a later turn's stored window
+    starts (``held``: the fed rows of the turn before). Example: ([s, y, s, a, b], [s, y, s, x]) -> 3;
+    ([s, y], [s, y]) -> 1."""
+    return min(common_prefix(held, prompt), len(prompt) - 1)
+
+
 @dataclass(frozen=True)
 class Finished:
     """One finished conversation: a sequence per generated turn, the answers, and turns left out."""
@@ -134,7 +142,7 @@ class BatchGreedyGenerator:
     # ---- slot transitions ---------------------------------------------------------------------------
     def _begin_turn(self, slot: _Slot, prompt: list[int], stats: GenerationStats) -> None:
         """Point ``slot`` at ``prompt``, reusing the rows it already holds for the same leading tokens."""
-        d = min(common_prefix(slot.tokens[:slot.fed], prompt), len(prompt) - 1)  # feed >= 1 token
+        d = reused_rows(slot.tokens[:slot.fed], prompt)
         stats.reused_rows += d
         slot.tokens, slot.fed, slot.prompt_len = list(prompt), d, len(prompt)
         slot.start = 0 if slot.turn == 0 else d
@@ -218,4 +226,4 @@ class BatchGreedyGenerator:
         return stats
 
 
-__all__ = ["BatchGreedyGenerator", "Finished", "GenerationStats", "common_prefix", "turn_pid"]
+__all__ = ["BatchGreedyGenerator", "Finished", "GenerationStats", "common_prefix", "reused_rows", "turn_pid"]

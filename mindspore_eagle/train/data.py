@@ -38,6 +38,9 @@ Identity (``train.identity``): a data directory records, when created, the teach
 settings that shape its answers (``data_identity``); a run with another teacher or other settings is refused
 instead of appending its answers to the first one's. The default directory is keyed by that fingerprint
 (``default_data_dir``), so two teachers whose directories share a name never share data.
+
+Answers outlive the directory in an answer ledger (``train.ledger``: the answer ids only, for git), from which the
+shards are rebuilt bit for bit into a directory of the same identity, which generation then continues.
 """
 
 from __future__ import annotations
@@ -536,6 +539,35 @@ def finished_conversations(out_dir: str) -> set[str]:
     return {conversation_id(pid) for rec in read_manifest(out_dir) for pid in rec["ids"]}
 
 
+def prepare_append(out_dir: str) -> list[dict]:
+    """Make a claimed data directory ready for more shards; returns its manifest records. Temporary shards of an
+    interrupted write are removed and a torn manifest tail is cut off (with a message), so the next record goes
+    after the last complete one, not after a fragment."""
+    for stale in glob.glob(os.path.join(out_dir, "*.tmp.npz")):
+        os.remove(stale)
+    read_manifest(out_dir)  # says so if its last line is torn
+    if repair_manifest(out_dir):
+        print(f"{os.path.join(out_dir, MANIFEST)}: torn last line removed before resuming", file=sys.stderr)
+    return read_manifest(out_dir)
+
+
+def append_shard(out_dir: str, index: int, finished: list) -> dict:
+    """Write the conversations ``finished`` (``batch_greedy.Finished``) as shard ``index`` of ``out_dir``, then
+    append its manifest record (after the rename: a listed shard is always whole); returns the record."""
+    seqs = [s for f in finished for s in f.sequences]
+    name = os.path.basename(write_shard(
+        out_dir, index, seqs, [st for f in finished for st in f.starts],
+        [k for f in finished for k in range(len(f.sequences))],
+        [f.item.category for f in finished for _ in f.sequences]))
+    rec = {"shard": name, "ids": [f.item.id for f in finished], "sequences": len(seqs),
+           "tokens": int(sum(len(s.tokens) for s in seqs)),
+           "answer_tokens": int(sum(len(s.tokens) - s.prompt_len for s in seqs)),
+           "skipped_turns": int(sum(f.skipped_turns for f in finished))}
+    with open(os.path.join(out_dir, MANIFEST), "a", encoding="utf-8") as f:
+        f.write(json.dumps(rec) + "\n")
+    return rec
+
+
 def run_generation(model_dir: str, out_dir: str, items: list, tokenizer, batch_size: int, max_new_tokens: int,
                    topk: int, time_limit_s: float | None, block: int, cache_rows: tuple[int, int],
                    max_answer_tokens: int | None = None, identity: dict | None = None) -> None:
@@ -555,12 +587,7 @@ def run_generation(model_dir: str, out_dir: str, items: list, tokenizer, batch_s
 
     check_prompt_ids(items, TeacherConfig.load(model_dir).vocab_size)  # before the teacher loads
     claim_data_dir(out_dir, identity or data_identity(model_dir, topk, max_new_tokens))
-    for stale in glob.glob(os.path.join(out_dir, "*.tmp.npz")):
-        os.remove(stale)
-    read_manifest(out_dir)  # says so if its last line is torn
-    if repair_manifest(out_dir):  # the next record goes after the last complete one, not after a fragment
-        print(f"{os.path.join(out_dir, MANIFEST)}: torn last line removed before resuming", file=sys.stderr)
-    manifest = read_manifest(out_dir)
+    manifest = prepare_append(out_dir)
     done0 = len(finished_conversations(out_dir))
     state = {"shard": len(manifest), "done": done0, "tokens": 0, "buffer": []}
     tokens0 = stored_answer_tokens(out_dir)
@@ -573,16 +600,7 @@ def run_generation(model_dir: str, out_dir: str, items: list, tokenizer, batch_s
         buf = state["buffer"]
         if not buf:
             return
-        seqs = [s for f in buf for s in f.sequences]
-        name = os.path.basename(write_shard(
-            out_dir, state["shard"], seqs, [st for f in buf for st in f.starts],
-            [k for f in buf for k in range(len(f.sequences))], [f.item.category for f in buf for _ in f.sequences]))
-        rec = {"shard": name, "ids": [f.item.id for f in buf], "sequences": len(seqs),
-               "tokens": int(sum(len(s.tokens) for s in seqs)),
-               "answer_tokens": int(sum(len(s.tokens) - s.prompt_len for s in seqs)),
-               "skipped_turns": int(sum(f.skipped_turns for f in buf))}
-        with open(os.path.join(out_dir, MANIFEST), "a", encoding="utf-8") as f:
-            f.write(json.dumps(rec) + "\n")
+        append_shard(out_dir, state["shard"], buf)
         state["shard"] += 1
         state["done"] += len(buf)
         state["buffer"] = []

@@ -18,8 +18,13 @@ over the 49k-wide row, and it made a B=128 decode step of data generation measur
 Neither rule is numpy's on a row holding NaN, and a token chosen from NaN/inf logits is corrupt data anyway: the
 graph also returns whether each row's logits are finite and ``GreedyTopK.step`` refuses a step where one is not.
 
-``GreedyTopK`` is the host side of one decode step: it builds the chain mask (each slot sees its own rows ``<=``
-the row it writes) and turns the outputs into numpy.
+``GreedyTopK`` is the host side: ``step`` runs one decode step of ``B`` slots (it builds the chain mask: each slot
+sees its own rows ``<=`` the row it writes), ``prefill`` one teacher-forced chunk of a single sequence (batch 1,
+``tree.ForwardInputs`` of a chain: ``train.rebuild`` rebuilds stored answers' features with it); both turn the
+outputs into numpy. The same compiled Cell serves both, one graph per chunk size. On the fused CPU kernels a row's
+outputs depend on neither the other rows of the call nor their number (``kernels/compute.cc``,
+``kernels/attention.cc``), so a prefill chunk reproduces a decode step's outputs bit for bit
+(``tests/test_train_ledger.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from mindspore import Tensor, nn, ops
 
 from ..errors import CacheCapacityError, ConfigError, DataError
 from ..models.outputs import first_argmax
+from ..tree.inputs import ForwardInputs
 from ..tree.mask import MASK_VALUE
 
 
@@ -62,7 +68,8 @@ class TopKTeacher(nn.Cell):
 
 @dataclass(frozen=True)
 class StepOut:
-    """Numpy outputs of one decode step (one token per slot)."""
+    """Numpy outputs of one decode step (one token per slot; for ``GreedyTopK.prefill``: one row per real token of
+    the chunk, ``[T]`` and ``[T, ...]`` in place of ``[B]`` and ``[B, ...]``)."""
 
     greedy: np.ndarray  # [B] int32
     topk_ids: np.ndarray  # [B, k] int32
@@ -98,16 +105,31 @@ class GreedyTopK:
             raise CacheCapacityError(f"cache rows {int(rows.min())}..{int(rows.max())} outside "
                                      f"[0, max_cache_len={self.max_len})")
         mask = np.where(self._cols <= rows[:, None], np.float32(0.0), MASK_VALUE)  # [B, S]
-        r = Tensor(rows.astype(np.int32)[:, None])  # [B, 1]
-        greedy, finite, tk_ids, tk_val, aux = self._fn(Tensor(ids.astype(np.int32)[:, None]), r,
-                                                       Tensor(mask[:, None, None, :]), r)
-        finite = finite.asnumpy()[:, 0]
-        if not finite.all():
-            bad = np.flatnonzero(~finite).tolist()
-            raise DataError(f"the teacher's logits hold NaN or inf in slots {bad} (cache rows "
-                            f"{rows[bad].tolist()}): a greedy token and top-k taken from them would be stored as "
-                            "data. Check the checkpoint and the dtype (float32 is the reference).")
-        return StepOut(greedy.asnumpy()[:, 0], tk_ids.asnumpy()[:, 0], tk_val.asnumpy()[:, 0], aux.asnumpy()[:, 0])
+        r = rows.astype(np.int32)[:, None]  # [B, 1]
+        return self._call(ids.astype(np.int32)[:, None], r, mask[:, None, None, :], r, lambda out: out[:, 0])
+
+    def prefill(self, inputs: ForwardInputs) -> StepOut:
+        """One teacher-forced chunk of a single sequence (``batch_size`` 1): ``inputs`` as ``tree.ForwardInputs``
+        builds them for a chain, its mask over the whole cache (``[1, 1, bucket, max_cache_len]``: the width a
+        decode step's mask has); the outputs of its ``num_real`` real rows, padding rows dropped."""
+        if self.batch_size != 1 or inputs.mask.shape[-1] != self.max_len:
+            raise ConfigError(f"GreedyTopK.prefill: batch_size {self.batch_size} and mask width "
+                              f"{inputs.mask.shape[-1]} must be 1 and max_cache_len={self.max_len}")
+        n = inputs.num_real
+        return self._call(inputs.ids, inputs.positions, inputs.mask, inputs.rows, lambda out: out[0, :n])
+
+    def _call(self, ids, positions, mask, rows, pick) -> StepOut:
+        """Run the graph on ``[B, T]`` inputs; ``pick`` selects the returned rows of each ``[B, T, ...]`` output. A
+        returned row whose logits are not all finite is a DataError naming its slot and cache row."""
+        inputs = (ids.astype(np.int32), positions.astype(np.int32), mask.astype(np.float32), rows.astype(np.int32))
+        greedy, finite, tk_ids, tk_val, aux = self._fn(*(Tensor(a) for a in inputs))
+        bad = ~pick(finite.asnumpy())
+        if bad.any():
+            slots = pick(np.broadcast_to(np.arange(rows.shape[0])[:, None], rows.shape))[bad]
+            raise DataError(f"the teacher's logits hold NaN or inf in slots {sorted(set(slots.tolist()))} (cache rows "
+                            f"{pick(rows)[bad].tolist()}): a greedy token and top-k taken from them would be stored "
+                            "as data. Check the checkpoint and the dtype (float32 is the reference).")
+        return StepOut(*(pick(t.asnumpy()) for t in (greedy, tk_ids, tk_val, aux)))
 
 
 __all__ = ["GreedyTopK", "StepOut", "TopKTeacher"]
