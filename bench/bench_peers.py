@@ -498,8 +498,9 @@ class OursSystem:
         if set(self.stack.eos) != set(req["eos"]):
             raise RuntimeError(f"end-of-turn ids differ: the builder's {self.stack.eos} vs the request's {req['eos']}")
         warm_up(self.stack.engine, self.stack.proposer_for, req["prompt_ids"][0], self.m, self.stack.eos)
-        b = self.stack.budget
-        self.ready_info = {"budget": {"max_nodes": b.max_nodes, "depth": b.depth, "top_k": b.top_k}}
+        d = self.stack.drafting
+        self.ready_info = {"budget": {"max_nodes": d.max_nodes, "depth": d.depth, "top_k": d.top_k,
+                                      "proposer": d.proposer.value, "budget": d.budget.value}}
         self.results = []
 
     def run(self, ids) -> dict[str, PromptRun]:

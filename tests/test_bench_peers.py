@@ -550,3 +550,28 @@ def test_llamacpp_worker_measures_greedy_and_prompt_lookup_without_torch_or_mind
             assert r.info["torch_imported"] is False and r.info["mindspore_imported"] is False
     rows = peers.summarize_runs(runs)
     assert rows["llamacpp pld3 f32"]["same_as_own_greedy"] == 3
+
+
+def test_our_rows_run_through_the_cli_builder_and_report_the_drafting_they_used(peers):
+    """Our two rows, for real on the default teacher (two prompts, 8 tokens): the worker builds through the CLI's
+    parser and builder, answers both rows per prompt, and reports the drafting config the builder used (a renamed
+    builder attribute once broke only this row, silently, in the benchmark)."""
+    from mindspore_eagle.storage.assets import require_default_model
+    from mindspore_eagle.tokenizer import load_tokenizer
+
+    default_model_or_skip()
+    tok = load_tokenizer(require_default_model())
+    ids = [tok.encode_chat([{"role": "user", "content": p}]) for p in ("Name a colour.", "Count to five.")]
+    from mindspore_eagle.teacher_config import TeacherConfig
+
+    eos = list(dict.fromkeys([*TeacherConfig.load(require_default_model()).eos_token_ids, *tok.eos_token_ids]))
+    system = peers.OursSystem({"dtype": "float32", "max_new_tokens": 8, "prompt_ids": ids, "eos": eos,
+                               "ours_flags": ["--max-nodes", "8"]})
+    runs = [system.run(p) for p in ids]
+    for got in runs:
+        assert set(got) == {"ours greedy float32", "ours spec float32"}
+        assert got["ours spec float32"].tokens == got["ours greedy float32"].tokens  # lossless
+        assert 1 <= len(got["ours greedy float32"].tokens) <= 8
+    info = system.final_info()["ours spec float32"]
+    assert info["budget"] == {"max_nodes": 8, "depth": 2, "top_k": 4, "proposer": "hybrid", "budget": "adaptive"}
+    assert info["bench"]["turns"] == 2 and info["bench"]["lossless_turns"] == 2
