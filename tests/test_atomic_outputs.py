@@ -251,3 +251,17 @@ def test_train_draft_refuses_an_output_holding_its_teacher_before_any_work(sourc
         train_draft_main(["--teacher", str(teacher), "--out", str(tmp_path / "models"),
                           "--data", str(tmp_path / "data")])
     assert snapshot(str(teacher)) == before and not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_an_atomically_written_file_gets_the_mode_the_umask_gives_not_mkstemps_private_one(umask, tmp_path):
+    from mindspore_eagle.storage.atomic import write_bytes
+
+    old = os.umask(umask)
+    try:
+        write_bytes(str(tmp_path / "part.npz"), b"x" * 10)
+    finally:
+        os.umask(old)
+    assert (tmp_path / "part.npz").read_bytes() == b"x" * 10
+    assert os.stat(tmp_path / "part.npz").st_mode & 0o777 == 0o666 & ~umask
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["part.npz"]

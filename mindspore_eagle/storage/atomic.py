@@ -209,6 +209,13 @@ def atomic_directory(out_dir: str, overwrite: bool, error: type[EagleError],
         os.replace(tmp + NEW, out_dir)
 
 
+def _umask() -> int:
+    """The process's umask (read by setting and restoring it: the only portable way)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_text(path: str, text: str) -> None:
     """Write a text file atomically (``write_bytes`` of its UTF-8 encoding)."""
     write_bytes(path, text.encode("utf-8"))
@@ -216,7 +223,9 @@ def write_text(path: str, text: str) -> None:
 
 def write_bytes(path: str, data: bytes) -> None:
     """Write a file atomically: a temporary sibling, fsynced, then renamed over ``path`` (a reader sees the old file
-    or the whole new one, never half of it; a failed write leaves no temporary behind)."""
+    or the whole new one, never half of it; a failed write leaves no temporary behind). The file gets the mode an
+    ordinary ``open(path, "w")`` would give (0o666 less the umask), not ``mkstemp``'s private 0o600: a committed
+    ledger part or a shared result must be readable by the other users of the checkout."""
     import tempfile
 
     parent = os.path.dirname(os.path.abspath(path))
@@ -225,6 +234,7 @@ def write_bytes(path: str, data: bytes) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            os.fchmod(f.fileno(), 0o666 & ~_umask())
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
