@@ -62,10 +62,11 @@ constexpr int kAttRM = 2, kAttRN = 1;
 // allows for the panels one block reads: each block call pays a prologue and epilogue (partial sums loaded and
 // stored, masks), which at 32 rows of K dominated the AVX2 block (1 panel, 2 KB per slab; perf: the 16-row
 // forward ran at ~45% of the FMA peak). AVX2 / NEON / portable blocks read 1 panel at M > 2: 256 rows = 16 KB
-// (16-row native Q4_1 forward, 2 threads, Zen 3: 64.6-70 -> 47-48 ms; 8 rows ~30 ms). AVX-512 blocks read 6 panels
-// (256 rows would be 96 KB), so they keep 32 (measured near its FMA peak, docs/results.md).
+// (16-row native Q4_1 forward, 2 threads, Zen 3: 64.6-70 -> 47-48 ms; 8 rows ~30 ms). AVX-512 blocks read 6 panels:
+// 64 rows = 24 KB, half the 48 KB L1 (Xeon, 2 threads, context 400, 32 -> 64 rows: native Q4_1 8 / 16 rows
+// 27.5 / 41 -> 23.7 / 34.3 ms, dense fp32 31.9 / 47.7 -> 30.6 / 43.1 ms; 128 rows was no better than 64).
 #if defined(MSE_ISA_AVX512)
-constexpr int64_t kSlab = 32;
+constexpr int64_t kSlab = 64;
 #else
 constexpr int64_t kSlab = 256;
 #endif
@@ -284,20 +285,47 @@ void dequant_block(const uint8_t* blk, bool q8, float* out) {
   }
 }
 
-// A quantized job with several row blocks: the chunk's panels are rebuilt once into fp32 panels (all K rows,
-// L2-sized) that the fp32 path then multiplies exactly as it multiplies dense panels -- the same weights and
-// the same sequential chain per output as block_q, without rebuilding the weights once per row block.
+// A quantized job with several row blocks. Up to 16 rows: for each group of panels one register block wide, one
+// K slab at a time is rebuilt into an L1-sized fp32 buffer that every row block then multiplies (the partial sums
+// wait in y between slabs, exactly as in dense_chunk's slabs): the rebuilt weights never leave L1. (Rebuilding the
+// whole chunk first, as below, wrote and re-read ~540 MB of fp32 per forward through L2: at 8 rows on AVX-512 the
+// rebuild took 31% of the forward, the multiply 39%; Xeon, native Q4_1, 8 rows: 29.6 -> 27.4 ms, and with 64-row
+// AVX-512 slabs 23.7 ms.) More rows: the chunk's panels are rebuilt once into fp32
+// panels (all K rows, L2-sized) that the fp32 path multiplies as it multiplies dense panels. Either way the same
+// weights and the same sequential chain per output as block_q.
 void dense_chunk(const LinearJob& c, int64_t p0, int64_t p1, const float* wf);
 
 void quant_chunk_rows(const LinearJob& c, int64_t p0, int64_t p1) {
   const bool q8 = c.fmt == kQ8;
   const int64_t KB = c.K / kQBlock, bytes = q8 ? kQ8Bytes : kQ4Bytes;
   thread_local std::vector<float> tmp;
-  tmp.resize((size_t)((p1 - p0) * c.K * kLanes));
-  for (int64_t p = p0; p < p1; ++p)
-    for (int64_t kb = 0; kb < KB; ++kb)
-      dequant_block(c.wq + (p * KB + kb) * bytes, q8, tmp.data() + ((p - p0) * c.K + kb * kQBlock) * kLanes);
-  dense_chunk(c, p0, p1, tmp.data());
+  if (c.M > 16) {
+    tmp.resize((size_t)((p1 - p0) * c.K * kLanes));
+    for (int64_t p = p0; p < p1; ++p)
+      for (int64_t kb = 0; kb < KB; ++kb)
+        dequant_block(c.wq + (p * KB + kb) * bytes, q8, tmp.data() + ((p - p0) * c.K + kb * kQBlock) * kLanes);
+    return dense_chunk(c, p0, p1, tmp.data());
+  }
+  const int64_t G = std::min(kMaxRN, panels_for_rows(kMaxRM));  // panels per group: one full block's width
+  const int64_t slab = std::min<int64_t>(kSlab, c.K);  // both multiples of kQBlock
+  tmp.resize((size_t)(G * slab * kLanes));
+  for (int64_t pg = p0; pg < p1; pg += G) {
+    const int g = (int)std::min(G, p1 - pg);
+    const int64_t n0 = pg * kLanes;
+    for (int64_t k0 = 0; k0 < c.K; k0 += slab) {
+      const int64_t k1 = std::min(c.K, k0 + slab);
+      for (int j = 0; j < g; ++j)  // panel j of the group: rows [k0, k1) at tmp + j * slab * kLanes
+        for (int64_t kb = k0 / kQBlock; kb < k1 / kQBlock; ++kb)
+          dequant_block(c.wq + ((pg + j) * KB + kb) * bytes, q8, tmp.data() + (j * slab + kb * kQBlock - k0) * kLanes);
+      const bool first = k0 == 0, last = k1 == c.K;
+      for (int64_t m0 = 0; m0 < c.M; m0 += kMaxRM) {
+        const int rm = (int)std::min<int64_t>(kMaxRM, c.M - m0);
+        kBlocksF32[rm - 1][g - 1](c.x + m0 * c.K + k0, c.K, tmp.data(), slab, 0, k1 - k0, kPrefetchRows,
+                                  c.y + m0 * c.N + n0, c.N, last && c.bias ? c.bias + n0 : nullptr,
+                                  last && c.res ? c.res + m0 * c.N + n0 : nullptr, first, c.N - n0);
+      }
+    }
+  }
 }
 
 // Panels [p0, p1) of a job whose weights are fp32 panels (wf: panel p0; dense jobs pass their own) or bf16
