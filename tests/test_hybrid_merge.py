@@ -245,6 +245,48 @@ def test_cost_tracker_follows_observed_medians_and_drops_compile_outliers():
     assert tracker.bucket_of(9) == 16 and tracker.bucket_of(100) == 32
 
 
+@settings(max_examples=60, deadline=None)
+@given(events=st.lists(st.tuples(st.sampled_from([0, 1, 2, 4, 9, 16, 30, 33]),
+                                 st.floats(0.0, 2000.0, allow_nan=False)), max_size=60),
+       window=st.integers(1, 5))
+def test_cost_tracker_table_equals_numpy_medians_recomputed_from_every_observation(events, window):
+    """The tracker keeps its medians (and the table) as observations arrive; the table must equal, bit for bit,
+    the rule recomputed from scratch with numpy from the observations it kept, whenever it is asked."""
+    tracker = CostTracker(COSTS, window=window)
+    prior = dict(COSTS.bucket_ms)
+    kept: dict[int, list[float]] = {b: [] for b in prior}
+    grow: list[float] = []
+    for kind, ms in events:
+        win, ref = (grow, COSTS.grow_ms) if kind == 0 else (kept[tracker.bucket_of(kind)], None)
+        current = float(np.median(win)) if win else (ref if ref is not None else prior[tracker.bucket_of(kind)])
+        if ms > 0 and not ms > 10.0 * max(current, 1e-3):  # the documented outlier rule
+            win.append(ms)
+            del win[:-window]
+        tracker.observe_growth(ms) if kind == 0 else tracker.observe(kind, ms)
+        seen = {b: float(np.median(v)) for b, v in kept.items() if v}
+        scale = float(np.median([seen[b] / prior[b] for b in seen])) if seen else 1.0
+        want = np.maximum.accumulate([seen.get(b, prior[b] * scale) for b in sorted(prior)]).tolist()
+        got = tracker.costs()
+        assert [ms for _, ms in got.bucket_ms] == want
+        assert got.grow_ms == (float(np.median(grow)) if grow else COSTS.grow_ms)
+
+
+def test_a_single_source_union_is_that_tree_with_its_flag():
+    """A step the head did not grow drafts from the suffix trie alone: same nodes, order and estimates."""
+    for tree, flag in ((SUFFIX, SOURCE_SUFFIX), (EAGLE, SOURCE_EAGLE)):
+        u = union(tree, None) if flag == SOURCE_EAGLE else union(None, tree)
+        assert u.tree.tokens.tolist() == tree.tokens.tolist() and u.tree.parents.tolist() == tree.parents.tolist()
+        assert u.tree.probs.tolist() == tree.probs.tolist()
+        assert u.source.tolist() == [SOURCE_ROOT] + [flag] * (tree.num_nodes - 1)
+    # two children of the root share a token: merged into one node holding the larger estimate
+    dup = union(CandidateTree([ROOT_TOKEN, 7, 7, 8], [0, 0, 0, 2], [1.0, 0.2, 0.5, 0.4]), None)
+    assert dup.tree.tokens.tolist() == [ROOT_TOKEN, 7, 8] and dup.tree.parents.tolist() == [0, 0, 1]
+    assert dup.tree.probs.tolist() == [1.0, 0.5, 0.4]
+    one = select(union(EAGLE, SUFFIX), 1)
+    assert one.layout.tokens.tolist()[:1] == [ROOT_TOKEN] and one.layout.num_valid == 1
+    assert one.probs.tolist() == [1.0] and one.source.tolist() == [SOURCE_ROOT]
+
+
 def test_an_adaptive_proposer_learns_costs_from_the_time_between_propose_and_accept():
     from mindspore_eagle.draft.hybrid import HybridProposer
     from mindspore_eagle.verify import Acceptance

@@ -137,6 +137,14 @@ def union(eagle: CandidateTree | None, suffix: CandidateTree | None) -> SourcedC
     if any(int(t.tokens[0]) != root for t, _ in trees):
         raise TreeInvariantError(f"union: the candidate trees have different roots "
                                  f"{[int(t.tokens[0]) for t, _ in trees]}")
+    if len(trees) == 1:
+        tree, flag = trees[0]
+        if len(set(zip(tree.parents[1:].tolist(), tree.tokens[1:].tolist()))) == tree.num_nodes - 1:
+            # already a trie (no two children of one node share a token): the loop below would copy it node for
+            # node, so take it as it is (a step the head did not grow drafts from the suffix tree alone)
+            source = np.full(tree.num_nodes, flag, np.int8)
+            source[0] = SOURCE_ROOT
+            return SourcedCandidates(tree, source)
     tokens, parents, probs, source = [root], [ROOT], [1.0], [SOURCE_ROOT]
     node_of: dict[tuple[int, int], int] = {}  # (union parent, token) -> union node
     for tree, flag in trees:
@@ -215,6 +223,9 @@ def select(cands: SourcedCandidates, max_nodes: int) -> MergedTree:
     """Keep the root and the ``max_nodes - 1`` best candidates (``best_first`` by path probability), laid out
     depth-first with the most probable child first (see the module docstring)."""
     tree = cands.tree
+    if max_nodes == 1:  # the root alone (the adaptive rule's most common choice where rows are dear)
+        return MergedTree(TreeLayout.from_parents(tree.tokens[:1], [ROOT]), tree.probs[:1].copy(),
+                          cands.source[:1].copy())
     prob = tree.probs.tolist()
     children = children_of(tree.parents.tolist())
     keep = set(best_first(children, prob, max_nodes))

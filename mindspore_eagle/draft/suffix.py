@@ -216,28 +216,31 @@ def continuation_trie(seq: Sequence[int], matches: Sequence[Match], max_depth: i
     child: dict[tuple[int, int], int] = {}
     for mt in matches:
         s, m = mt.start, mt.length
-        period = n - s
-        cont: list[int] = []
-        v = 0
-        for k in range(max_depth):
-            ext = s + k >= n
-            t = cont[k - period] if ext else seq[s + k]
-            cont.append(t)
-            w = child.get((v, t))
+        period = n - s  # continuation tokens k >= period come from the periodic extension
+        cont = list(seq[s:s + max_depth])
+        while len(cont) < max_depth:
+            cont.append(cont[len(cont) - period])
+        v, k = 0, 0
+        while k < max_depth:  # down the nodes earlier continuations already made
+            w = child.get((v, cont[k]))
             if w is None:
-                w = len(tokens)
-                child[(v, t)] = w
-                tokens.append(t)
-                parents.append(v)
-                depth.append(k + 1)
-                count.append(0)
-                match.append(0)
-                real.append(False)
+                break
             count[w] += 1
             if m > match[w]:
                 match[w] = m
-            real[w] = real[w] or not ext
-            v = w
+            real[w] = real[w] or k < period
+            v, k = w, k + 1
+        r = max_depth - k
+        if r:  # the rest is a new chain of r nodes below v, appended in bulk
+            first = len(tokens)
+            chain_parents = [v] + list(range(first, first + r - 1))
+            tokens.extend(cont[k:])
+            parents.extend(chain_parents)
+            depth.extend(range(k + 1, max_depth + 1))
+            count.extend([1] * r)
+            match.extend([m] * r)
+            real.extend([j < period for j in range(k, max_depth)])
+            child.update(zip(zip(chain_parents, cont[k:]), range(first, first + r)))
     return ContinuationTrie(np.asarray(tokens, np.int64), np.asarray(parents, np.int64),
                             np.asarray(depth, np.int64), np.asarray(count, np.int64), np.asarray(match, np.int64),
                             ~np.asarray(real, np.bool_))
