@@ -313,6 +313,7 @@ def test_a_run_started_from_a_head_keeps_its_weights_and_moves_lm_head_rows_by_t
     assert np.array_equal(moved["fc.weight"], first["fc.weight"])
 
 
+@pytest.mark.slow  # four trainer runs (~19 s); a niche of --init-head, whose default-suite test is the one above
 def test_a_widened_head_drafts_exactly_as_the_head_it_grew_from(tiny, tiny_dir, tmp_path, capsys):
     """``--head-intermediate`` wider than ``--init-head``: the exported head holds the old MLP units first and a
     zero down-projection for the new ones (public layout: gate/up ``[I, H]``, down ``[H, I]``), every other tensor
