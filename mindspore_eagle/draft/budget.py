@@ -240,7 +240,7 @@ class CostTracker:
         # for the table after every step (np.median over every window each time was ~40% of a root-only step's
         # drafting work on the host).
         self._median: dict[int, float] = {}
-        self._grow_median: float | None = None
+        self._grow_median = prior.grow_ms  # the prior until a growth is observed
         self._costs: VerifyCosts | None = None
 
     def bucket_of(self, num_nodes: int) -> int:
@@ -253,7 +253,7 @@ class CostTracker:
             self._median[b] = _median(self._seen[b])
 
     def observe_growth(self, ms: float) -> None:
-        if self._push(self._grow, ms, self._grow_median if self._grow else self.prior.grow_ms):
+        if self._push(self._grow, ms, self._grow_median):
             self._grow_median = _median(self._grow)
 
     def _push(self, window: list[float], ms: float, current: float) -> bool:
@@ -273,8 +273,7 @@ class CostTracker:
         buckets = sorted(self._seen)
         scale = _median([seen[b] / prior[b] for b in buckets if b in seen]) if seen else 1.0
         ms = list(itertools.accumulate((seen.get(b, prior[b] * scale) for b in buckets), max))
-        grow = self._grow_median if self._grow else self.prior.grow_ms
-        self._costs = VerifyCosts(tuple(zip(buckets, ms)), grow, self.prior.suffix_ms)
+        self._costs = VerifyCosts(tuple(zip(buckets, ms)), self._grow_median, self.prior.suffix_ms)
         return self._costs
 
 

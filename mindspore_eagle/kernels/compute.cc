@@ -72,7 +72,9 @@ constexpr int64_t kSlab = 256;
 #endif
 constexpr int64_t kPrefetchRows = 16;  // prefetch distance along K without slabs
 
-int64_t slab_for_rows(int64_t M, int64_t depth) { return M > kMaxRM && M <= 16 ? kSlab : depth; }
+constexpr int64_t kMaxSlabbedRows = 16;  // above this many rows a call's row blocks amortise whole-K panels
+
+int64_t slab_for_rows(int64_t M, int64_t depth) { return M > kMaxRM && M <= kMaxSlabbedRows ? kSlab : depth; }
 
 // Start value of a panel's accumulator: zero on the first slab, else the partial sum left in y.
 inline V load_partial(const float* y, bool first, Mask m) { return first ? zero() : loadz(m, y); }
@@ -285,21 +287,21 @@ void dequant_block(const uint8_t* blk, bool q8, float* out) {
   }
 }
 
-// A quantized job with several row blocks. Up to 16 rows: for each group of panels one register block wide, one
-// K slab at a time is rebuilt into an L1-sized fp32 buffer that every row block then multiplies (the partial sums
-// wait in y between slabs, exactly as in dense_chunk's slabs): the rebuilt weights never leave L1. (Rebuilding the
-// whole chunk first, as below, wrote and re-read ~540 MB of fp32 per forward through L2: at 8 rows on AVX-512 the
-// rebuild took 31% of the forward, the multiply 39%; Xeon, native Q4_1, 8 rows: 29.6 -> 27.4 ms, and with 64-row
-// AVX-512 slabs 23.7 ms.) More rows: the chunk's panels are rebuilt once into fp32
-// panels (all K rows, L2-sized) that the fp32 path multiplies as it multiplies dense panels. Either way the same
-// weights and the same sequential chain per output as block_q.
+// A quantized job with several row blocks. Up to kMaxSlabbedRows rows: for each group of panels one register block
+// wide, one K slab at a time is rebuilt into an L1-sized fp32 buffer that every row block then multiplies (the
+// partial sums wait in y between slabs, exactly as in dense_chunk's slabs), so the rebuilt weights never leave L1.
+// More rows: the chunk's panels are rebuilt once into fp32 panels (all K rows, L2-sized) that the fp32 path
+// multiplies as it multiplies dense panels. Either way the same weights and the same sequential chain per output as
+// block_q. (Rebuilding the whole chunk at every row count wrote and re-read ~540 MB of fp32 per forward through L2:
+// at 8 rows on AVX-512 the rebuild took 31% of the forward, the multiply 39%. Xeon, native Q4_1, 8 rows: 29.6 ->
+// 27.4 ms with L1 slabs, 23.7 ms with 64-row AVX-512 slabs.)
 void dense_chunk(const LinearJob& c, int64_t p0, int64_t p1, const float* wf);
 
 void quant_chunk_rows(const LinearJob& c, int64_t p0, int64_t p1) {
   const bool q8 = c.fmt == kQ8;
   const int64_t KB = c.K / kQBlock, bytes = q8 ? kQ8Bytes : kQ4Bytes;
   thread_local std::vector<float> tmp;
-  if (c.M > 16) {
+  if (c.M > kMaxSlabbedRows) {
     tmp.resize((size_t)((p1 - p0) * c.K * kLanes));
     for (int64_t p = p0; p < p1; ++p)
       for (int64_t kb = 0; kb < KB; ++kb)
