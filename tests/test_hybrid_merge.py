@@ -259,7 +259,7 @@ def test_cost_tracker_table_equals_numpy_medians_recomputed_from_every_observati
     for kind, ms in events:
         win, ref = (grow, COSTS.grow_ms) if kind == 0 else (kept[tracker.bucket_of(kind)], None)
         current = float(np.median(win)) if win else (ref if ref is not None else prior[tracker.bucket_of(kind)])
-        if ms > 0 and not ms > 10.0 * max(current, 1e-3):  # the documented outlier rule
+        if ms >= 1e-3 and not ms > 10.0 * max(current, 1e-3):  # the documented rule: no sample under 1 us, no outlier
             win.append(ms)
             del win[:-window]
         tracker.observe_growth(ms) if kind == 0 else tracker.observe(kind, ms)
@@ -269,6 +269,17 @@ def test_cost_tracker_table_equals_numpy_medians_recomputed_from_every_observati
         got = tracker.costs()
         assert [ms for _, ms in got.bucket_ms] == want
         assert got.grow_ms == (float(np.median(grow)) if grow else COSTS.grow_ms)
+
+
+def test_a_cost_sample_under_a_microsecond_is_not_learnt():
+    """A subnormal sample (5e-324 ms) scaled every unseen bucket's prior to 0 ms and the table was refused."""
+    tracker = CostTracker(COSTS, window=1)
+    tracker.observe(2, 5e-324)
+    tracker.observe(16, 0.0005)
+    tracker.observe_growth(1e-300)
+    assert tracker.costs().bucket_ms == COSTS.bucket_ms and tracker.costs().grow_ms == COSTS.grow_ms
+    tracker.observe(2, 0.002)  # two microseconds: a sample
+    assert dict(tracker.costs().bucket_ms)[8] == 0.002
 
 
 def test_a_single_source_union_is_that_tree_with_its_flag():

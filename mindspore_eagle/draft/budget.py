@@ -213,6 +213,10 @@ def should_grow(suffix_sorted: np.ndarray, q1: float, profile: EagleProfile, cos
     return with_growth.rate > without.rate
 
 
+MIN_SAMPLE_MS = 1e-3
+"""The shortest step cost ``CostTracker`` learns from: no verification or growth takes under a microsecond."""
+
+
 class CostTracker:
     """Per-bucket step costs learnt while generating: the median of the last ``window`` observations of each
     bucket (and of growths); a bucket not seen yet costs its ``prior`` scaled by how the observed buckets
@@ -257,9 +261,10 @@ class CostTracker:
             self._grow_median = _median(self._grow)
 
     def _push(self, window: list[float], ms: float, current: float) -> bool:
-        """Append ``ms`` to ``window`` (keeping its last ``self.window``) unless it is no sample (a clock that did
-        not move) or an outlier against ``current`` (a compile); True when it was appended."""
-        if not ms > 0 or ms > self.outlier * max(current, 1e-3):
+        """Append ``ms`` to ``window`` (keeping its last ``self.window``) unless it is no sample (under
+        ``MIN_SAMPLE_MS``: a clock that did not move; a subnormal sample once made every unseen bucket's scaled prior
+        0 ms, a table ``VerifyCosts`` refuses) or an outlier against ``current`` (a compile); True when appended."""
+        if not ms >= MIN_SAMPLE_MS or ms > self.outlier * max(current, MIN_SAMPLE_MS):
             return False
         window.append(float(ms))
         del window[:-self.window]
@@ -282,5 +287,6 @@ def _median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
-__all__ = ["BudgetPlan", "CostTracker", "DEFAULT_BUCKET_MS", "DEFAULT_GROW_MS", "EagleProfile", "VerifyCosts",
+__all__ = ["BudgetPlan", "CostTracker", "DEFAULT_BUCKET_MS", "DEFAULT_GROW_MS", "EagleProfile", "MIN_SAMPLE_MS",
+           "VerifyCosts",
            "plan_budget", "should_grow"]
