@@ -350,6 +350,51 @@ def causal_visibility(n: int) -> np.ndarray:
 TINY_PAIR = dict(vocab=101, hidden=64, inter=96, layers=2, heads=4, kv=2)  # head_dim 16: also fits the fused op
 
 
+def numpy_growth(ref: NumpyHead, embed: np.ndarray, tokens: np.ndarray, feats: np.ndarray, k: int, depth: int):
+    """EAGLE growth recomputed branch by branch: every node's output from a fresh causal run over the
+    context entries plus its own ancestors (hidden input = the previous entry's output)."""
+    e_ctx = embed[tokens].astype(np.float64)
+    h_ctx = ref.fuse(feats)
+
+    def chain_output(chain):
+        e, h = e_ctx, h_ctx
+        out = ref.forward(e, h, np.arange(len(e)), causal_visibility(len(e)))
+        for tok in chain:  # each chain entry's hidden input is the previous entry's output
+            e = np.concatenate([e, embed[tok][None]])
+            h = np.concatenate([h, out[-1:]])
+            out = ref.forward(e, h, np.arange(len(e)), causal_visibility(len(e)))
+        return out[-1]
+
+    def log_softmax(x):
+        x = x - x.max()
+        return x - np.log(np.exp(x).sum())
+
+    def top(lp):
+        return np.argsort(-lp, kind="stable")[:k]
+
+    lp = log_softmax(ref.logits(chain_output([])))
+    best = top(lp)
+    scores, toks, parents = [lp[best]], [ref.target(best)], [np.zeros(k, np.int64)]
+    frontier = [([int(t)], float(s), i + 1) for i, (t, s) in enumerate(zip(ref.target(best), lp[best]))]
+    for d in range(1, depth):
+        base = 1 + k + (d - 1) * k * k
+        lvl_s, lvl_t, lvl_p, lvl_chain = [], [], [], []
+        for chain, s, fid in frontier:
+            lp = log_softmax(ref.logits(chain_output(chain)))
+            best = top(lp)
+            for tok, ls in zip(ref.target(best), lp[best]):
+                lvl_s.append(s + ls)
+                lvl_t.append(int(tok))
+                lvl_p.append(fid)
+                lvl_chain.append(chain + [int(tok)])
+        scores.append(np.array(lvl_s))
+        toks.append(np.array(lvl_t))
+        parents.append(np.array(lvl_p))
+        sel = np.argsort(-np.array(lvl_s), kind="stable")[:k]
+        frontier = [(lvl_chain[j], lvl_s[j], base + j) for j in sel]
+    return np.concatenate(scores), np.concatenate(toks), np.concatenate(parents)
+
+
 def write_tiny_teacher(out_dir: str, kind: str = "random", seed: int = 0) -> np.ndarray:
     """A Llama checkpoint (config.json + model.safetensors, HF names, ``[out, in]``); returns the embedding table."""
     from safetensors.numpy import save_file

@@ -1,6 +1,7 @@
 """The batch engine: every request's tokens equal its batch-1 tokens whatever else runs beside it (prefill chunks
-interleaved with decoding, speculation on and off, greedy beside sampling), cancels free their slots, bad requests
-are refused before they are queued, and the global budget ranks candidates across requests.
+interleaved with decoding, speculation on and off, the EAGLE-3 head growing for several requests in one graph, greedy
+beside sampling), cancels free their slots, bad requests are refused before they are queued, and the global budget
+ranks candidates across requests.
 
 The reference is the batch-1 ``SpeculativeEngine`` on its own teacher (cache 512), itself tied to HuggingFace
 ``transformers`` by ``test_default_teacher.py``."""
@@ -12,9 +13,9 @@ from mindspore_eagle.runtime import Buckets, RuntimeConfig
 from mindspore_eagle.draft.budget import VerifyCosts
 from mindspore_eagle.engine import SpeculativeEngine
 from mindspore_eagle.errors import CacheCapacityError, ConfigError
-from mindspore_eagle.serving import BatchEngine, QueueFullError, plan_rows
-from mindspore_eagle.drafting import DraftingConfig
-from mindspore_eagle.serving.stack import SERVING_DRAFTING, build_batch
+from mindspore_eagle.serving import BatchEngine, QueueFullError, plan_growth, plan_rows
+from mindspore_eagle.drafting import DraftingConfig, Proposer
+from mindspore_eagle.serving.stack import build_batch, proposer_factory
 from mindspore_eagle.verify import SamplingParams
 
 COPY = "Copy this list exactly: apples, bananas, cherries, dates, elderberries, figs, grapes."
@@ -32,7 +33,8 @@ def stack(default_teacher):
     from tests.helpers import default_model_or_skip
 
     rt = RuntimeConfig(buckets=Buckets((1, 4, 16, 64)), prefill_chunk=16)
-    return build_batch(default_model_or_skip(), 4, SLOT, rt, SERVING_DRAFTING)
+    # hybrid: the suffix index and the shipped head, one draft context per slot (the product's single-request drafting)
+    return build_batch(default_model_or_skip(), 4, SLOT, rt, DraftingConfig(proposer=Proposer.HYBRID))
 
 
 @pytest.fixture(scope="module")
@@ -71,12 +73,27 @@ def test_plan_rows_ranks_candidates_across_requests():
         plan_rows([np.zeros(0)] * 9, 9, costs)
 
 
+def test_heads_grow_only_while_their_drafts_pay_for_the_batched_growth():
+    costs = VerifyCosts(((2, 20.0), (4, 22.0), (8, 30.0)))
+    suffix, head = [np.zeros(0), np.zeros(0)], [np.array([0.9, 0.8])] * 2
+    # none grows: 2 tokens / 20 ms = 0.1. One: bucket 4, 3.7 / (22 + g(1)); both: bucket 8, 5.4 / (30 + g(2))
+    assert plan_growth(suffix, head, [0, 1], 2, costs, lambda g: 5.0) == [0, 1]  # 0.154 beats 0.137 and 0.1
+    assert plan_growth(suffix, head, [0, 1], 2, costs, lambda g: 10.0 * g) == [0]  # 0.116 beats 0.108 and 0.1
+    assert plan_growth(suffix, head, [0, 1], 2, costs, lambda g: 30.0 * g) == []  # 0.071: growth costs too much
+    assert plan_growth(suffix, head, [1], 2, costs, lambda g: 5.0) == [1]  # only those that want it
+    # the request whose growth is expected to add more goes first; confident suffix drafts leave no room for growth
+    weak = [np.array([0.9, 0.8]), np.array([0.3])]
+    assert plan_growth(suffix, weak, [0, 1], 2, costs, lambda g: 10.0 * g) == [0]
+    full = [np.full(6, 0.99), np.zeros(0)]
+    assert plan_growth(full, head, [1], 2, costs, lambda g: 5.0) == []
+
+
 def test_cost_prior_interpolates_buckets_it_has_not_measured():
     c = VerifyCosts(((1, 20.0), (8, 48.0))).covering((1, 2, 4, 8, 16))
     assert dict(c.bucket_ms) == {1: 20.0, 2: 24.0, 4: 32.0, 8: 48.0, 16: 96.0}
 
 
-@pytest.mark.parametrize("speculative", [False, True], ids=["plain", "suffix-drafts"])
+@pytest.mark.parametrize("speculative", [False, True], ids=["plain", "hybrid-drafts"])
 def test_every_request_equals_its_batch1_greedy_tokens(stack, prompts, reference, speculative):
     engine = stack.engine
     reqs = [engine.submit(p, 40 - 8 * (i == 2), stack.eos, max_nodes=None if speculative else 1)
@@ -89,6 +106,29 @@ def test_every_request_equals_its_batch1_greedy_tokens(stack, prompts, reference
     if speculative:
         copy = reqs[0]
         assert copy.stats.accepted > 0 and copy.stats.tau > 1.3, copy.stats  # suffix drafts verified in the batch
+    assert_no_slot_leaked(engine)
+
+
+def test_heads_growing_together_keep_every_request_lossless(stack, prompts, reference, monkeypatch):
+    """Every request's head grows every step (explore_every 1, and the engine's veto off), the growing ones in one
+    batched graph: requests still equal their batch-1 greedy tokens, heads grew for all of them, and in fewer graphs
+    than request-steps."""
+    engine = stack.engine
+    monkeypatch.setattr(engine, "_plan_growth", lambda decoding, adaptive, caps, wanting, fixed: wanting)
+    saved = engine.proposer_factory
+    engine.proposer_factory = proposer_factory(engine.buckets, stack.drafting, engine.heads, explore_every=1)
+    graphs, grown = engine.heads.growths, engine.heads.grown
+    try:
+        reqs = [engine.submit(p, 40, stack.eos) for p in prompts]
+        drain(engine)
+    finally:
+        engine.proposer_factory = saved
+    for i, (req, ref) in enumerate(zip(reqs, reference)):
+        assert tuple(req.tokens) == tuple(ref[:len(req.tokens)]), i
+        assert req.stats.head_growths == req.stats.steps > 0, (i, req.stats)
+    together = engine.heads.grown - grown
+    assert together == sum(r.stats.head_growths for r in reqs)
+    assert engine.heads.growths - graphs < together  # several requests' growths shared a graph
     assert_no_slot_leaked(engine)
 
 
@@ -185,8 +225,8 @@ def test_build_batch_refuses_bad_sizes_before_loading():
         build_batch(None, 65, 512)
     with pytest.raises(ConfigError, match="max-cache-len"):
         build_batch(None, 2, 16)
-    with pytest.raises(ConfigError, match="--proposer hybrid: the batch engine drafts with the suffix index only"):
-        build_batch(None, 2, 512, drafting=DraftingConfig())
+    with pytest.raises(ConfigError, match="--draft oracle: an oracle bound needs the request's greedy output"):
+        build_batch(None, 2, 512, drafting=DraftingConfig(head="oracle"))
     with pytest.raises(ConfigError, match="--budget fixed: the batch engine ranks"):
         build_batch(None, 2, 512, drafting=DraftingConfig(proposer="suffix", budget="fixed"))
     with pytest.raises(ConfigError, match=r"--max-nodes=128 does not fit"):
@@ -202,7 +242,7 @@ def test_speculative_sampling_in_a_batch_follows_the_teacher_distribution(hf_tin
     _, ms_dir, model = hf_tiny("qwen2")
     rt = RuntimeConfig(max_cache_len=BatchEngine.cache_rows(8, 24, 64), buckets=(1, 4, 16, 64), prefill_chunk=4)
     teacher = Teacher.load(ms_dir, rt)
-    engine = BatchEngine(teacher, 8, 24, lambda: TopTokensProposer(model), max_queued=1000)
+    engine = BatchEngine(teacher, 8, 24, lambda slot: TopTokensProposer(model), max_queued=1000)
     reqs = [engine.submit(PROMPT, 3, sampling=SamplingParams(seed=s, **PARAMS)) for s in range(800)]
     drain(engine, limit=100000)
     samples = np.array([r.tokens for r in reqs])

@@ -376,3 +376,38 @@ def test_a_growth_is_charged_one_steps_share_of_the_deferred_catch_up():
     assert [s.grew for s in prop.log] == [False, False, False, True] * 2
     assert head.extended == [3 + 3, 4]  # prompt entries + 3 steps, then 4 steps
     assert prop.tracker.costs().grow_ms == pytest.approx(3 + 10 / 4)
+
+
+def test_a_growth_the_batch_engine_skips_counts_as_a_step_without_growth():
+    """``wants_growth`` then ``skip_growth`` (the batch engine's veto): the step drafts from the suffix alone, the head
+    is not extended, and the forced exploration still comes ``explore_every`` steps after the last real growth."""
+    from mindspore_eagle.draft.hybrid import HybridProposer
+    from mindspore_eagle.verify import Acceptance
+
+    clock = [0.0]
+    head = _ClockedHead(clock)
+    prop = HybridProposer(DraftingConfig(proposer="hybrid", budget="adaptive", max_nodes=8), head,
+                          buckets=COST_BUCKETS, costs=COSTS, explore_every=3, learn_ratio=False, clock=lambda: clock[0])
+    # a head whose 0.5 does not pay for its 25 ms growth beside a 70 ms step: only the forced exploration grows it
+    prop.profile.mean, prop.profile.updates = np.array([0.5]), prop.profile.warmup
+    prop.begin([1, 2, 3], np.zeros((3, 4), np.float32), 4)
+    root, wanted = 4, []
+    for step in range(6):
+        want = prop.wants_growth(root)
+        wanted.append(want)
+        suffix, estimate = prop.growth_estimate()
+        assert estimate.shape == (1,) and 0 < estimate[0] <= 0.5  # the profile, discounted by the suffix's q1
+        if want and step < 4:
+            prop.skip_growth()
+            want = False
+        prop.finish(prop.draft_from(root, prop.eagle.candidates() if want else None), 1)
+        root = 10 + step
+        prop.accept(Acceptance((0,), (root,), root), np.zeros((1, 4), np.float32))
+    # steps 2 and 3 are forced explorations, skipped: they count as steps without growth, so step 4 is forced too
+    assert wanted == [False, False, True, True, True, False]
+    assert [s.grew for s in prop.log] == [False, False, False, False, True, False]
+    assert head.extended == []  # the one growth's catch-up was never asked for here (draft_from does not write it)
+    with pytest.raises(ConfigError, match="wants_growth said grow=False"):
+        prop.wants_growth(root)
+        prop.skip_growth()
+        prop.draft_from(root, (np.zeros(1), np.zeros(1, np.int64), np.zeros(1, np.int64)))

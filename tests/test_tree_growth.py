@@ -20,7 +20,7 @@ from mindspore_eagle.teacher import setup_mindspore
 from mindspore_eagle.tree import check_tree
 from mindspore_eagle.verify import Acceptance
 
-from tests.helpers import PUBLIC_CONFIGS, NumpyHead, causal_visibility, write_public_head
+from tests.helpers import PUBLIC_CONFIGS, NumpyHead, numpy_growth, write_public_head
 
 setup_mindspore()
 
@@ -60,8 +60,9 @@ def run_stub(grower, stub, table: np.ndarray, root: int):
     # ops.assign, not set_data: a compiled graph keeps its own view of a Parameter whose data is replaced.
     ops.assign(stub.table, Tensor(table.astype(np.float32)))
     vocab = table.shape[0]
-    scores, tokens, parents = grower(Tensor(np.eye(vocab, dtype=np.float32)[root:root + 1]), Tensor(np.int64(10)))
-    return scores.asnumpy(), tokens.asnumpy(), parents.asnumpy()
+    scores, tokens, parents = grower(Tensor(np.eye(vocab, dtype=np.float32)[root:root + 1]),
+                                     Tensor(np.array([10], np.int64)), Tensor(np.zeros(1, np.int64)))
+    return scores.asnumpy()[0], tokens.asnumpy()[0], parents.asnumpy()[0]
 
 
 # Children probabilities per parent token (vocab 6). Worked out by hand below.
@@ -182,51 +183,6 @@ def test_grown_trees_respect_the_budget_and_stay_ancestor_closed(prop_growers, b
 
 HEAD_LEN = 48
 BUDGET = TreeBudget(max_nodes=12, depth=3, top_k=3)
-
-
-def numpy_growth(ref: NumpyHead, embed: np.ndarray, tokens: np.ndarray, feats: np.ndarray, k: int, depth: int):
-    """EAGLE growth recomputed branch by branch: every node's output from a fresh causal run over the
-    context entries plus its own ancestors (hidden input = the previous entry's output)."""
-    e_ctx = embed[tokens].astype(np.float64)
-    h_ctx = ref.fuse(feats)
-
-    def chain_output(chain):
-        e, h = e_ctx, h_ctx
-        out = ref.forward(e, h, np.arange(len(e)), causal_visibility(len(e)))
-        for tok in chain:  # each chain entry's hidden input is the previous entry's output
-            e = np.concatenate([e, embed[tok][None]])
-            h = np.concatenate([h, out[-1:]])
-            out = ref.forward(e, h, np.arange(len(e)), causal_visibility(len(e)))
-        return out[-1]
-
-    def log_softmax(x):
-        x = x - x.max()
-        return x - np.log(np.exp(x).sum())
-
-    def top(lp):
-        return np.argsort(-lp, kind="stable")[:k]
-
-    lp = log_softmax(ref.logits(chain_output([])))
-    best = top(lp)
-    scores, toks, parents = [lp[best]], [ref.target(best)], [np.zeros(k, np.int64)]
-    frontier = [([int(t)], float(s), i + 1) for i, (t, s) in enumerate(zip(ref.target(best), lp[best]))]
-    for d in range(1, depth):
-        base = 1 + k + (d - 1) * k * k
-        lvl_s, lvl_t, lvl_p, lvl_chain = [], [], [], []
-        for chain, s, fid in frontier:
-            lp = log_softmax(ref.logits(chain_output(chain)))
-            best = top(lp)
-            for tok, ls in zip(ref.target(best), lp[best]):
-                lvl_s.append(s + ls)
-                lvl_t.append(int(tok))
-                lvl_p.append(fid)
-                lvl_chain.append(chain + [int(tok)])
-        scores.append(np.array(lvl_s))
-        toks.append(np.array(lvl_t))
-        parents.append(np.array(lvl_p))
-        sel = np.argsort(-np.array(lvl_s), kind="stable")[:k]
-        frontier = [(lvl_chain[j], lvl_s[j], base + j) for j in sel]
-    return np.concatenate(scores), np.concatenate(toks), np.concatenate(parents)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-from ..drafting import DraftingConfig, add_drafting_flags, drafting_from_args
+from ..drafting import SERVING_DRAFTING, DraftingConfig, Proposer, add_drafting_flags, drafting_from_args
 from ..errors import ConfigError, EagleError
 
 
@@ -255,8 +255,9 @@ def _batch_runtime(args: argparse.Namespace):
 def _build_batch(args: argparse.Namespace):
     from ..serving.stack import build_batch
 
-    drafting = (DraftingConfig(proposer="suffix", max_nodes=args.max_nodes, suffix_calibration=args.suffix_calibration)
-                if args.drafting == "suffix" else None)
+    drafting = (DraftingConfig(head=args.draft, proposer=args.drafting, max_nodes=args.max_nodes, depth=args.depth,
+                               top_k=args.top_k, suffix_calibration=args.suffix_calibration)
+                if args.drafting != "none" else None)
     return build_batch(args.model, args.max_seqs, args.max_cache_len, _batch_runtime(args), drafting,
                        getattr(args, "max_queued", 256))
 
@@ -285,6 +286,7 @@ def cmd_bench_batch(args: argparse.Namespace) -> int:
 
     from .bench import load_prompts
     from ..serving.bench import bench_batch
+    from ..serving.stack import single_proposer
 
     conc = [int(c) for c in args.concurrency.split(",")]
     if not conc or min(conc) < 1:
@@ -294,7 +296,7 @@ def cmd_bench_batch(args: argparse.Namespace) -> int:
     prompts = load_prompts(args.prompts)
     ids = [stack.tokenizer.encode_chat([{"role": "user", "content": p}]) for p in prompts]
     print(f"warm-up {stack.engine.warm_up(sampling=False):.1f} s", file=sys.stderr, flush=True)
-    summary = bench_batch(stack.engine, ids, conc, args.max_new_tokens, stack.eos, stack.drafting is not None)
+    summary = bench_batch(stack.engine, ids, conc, args.max_new_tokens, stack.eos, single_proposer(stack))
     print(json.dumps(summary))
     return 0
 
@@ -399,9 +401,13 @@ def _add_batch_flags(p: argparse.ArgumentParser, max_seqs: bool = True) -> None:
         p.add_argument("--max-seqs", type=int, default=8, help="requests decoded together (cache slots; default 8)")
     p.add_argument("--max-cache-len", type=int, default=1024,
                    help="tokens per request, prompt + completion (each slot's cache rows; default 1024)")
-    p.add_argument("--drafting", choices=["suffix", "none"], default="suffix",
-                   help="suffix: model-free drafts ranked across requests by the global budget (lossless); none")
-    add_drafting_flags(p, ("max_nodes", "suffix_calibration"))
+    p.add_argument("--drafting", choices=[m.value for m in Proposer] + ["none"],
+                   default=SERVING_DRAFTING.proposer.value,
+                   help="draft source per request, every request's candidates ranked across the batch by the global "
+                        "budget (lossless): the EAGLE-3 head (one draft context per slot, the heads that grow in a "
+                        "step grown in one graph), model-free suffix matches, or both in one tree; none: no "
+                        f"speculation (default {SERVING_DRAFTING.proposer.value})")
+    add_drafting_flags(p, ("head", "max_nodes", "depth", "top_k", "suffix_calibration"))
     p.add_argument("--device", choices=["CPU", "Ascend"], default="CPU")
     p.add_argument("--buckets", default=None, help="row buckets of the batched forward (default 1,2,4,8,16,32,64)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")

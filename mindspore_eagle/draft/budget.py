@@ -198,6 +198,15 @@ class EagleProfile:
         self.updates += 1
 
 
+def head_estimate(q1: float, profile: EagleProfile, factor: float = 1.0) -> np.ndarray:
+    """What a growth is expected to add: the head's typical candidate p (``profile.mean``, largest first) discounted
+    by the chance ``1 - q1`` that the suffix branch's best first token is wrong, scaled by the acceptance ratio
+    ``factor``, capped at 1; empty before the profile has seen a growth."""
+    if profile.mean is None:
+        return np.zeros(0)
+    return np.minimum((1.0 - q1) * profile.mean * factor, 1.0)
+
+
 def should_grow(suffix_sorted: np.ndarray, q1: float, profile: EagleProfile, costs: VerifyCosts,
                 factor: float = 1.0) -> bool:
     """Whether an EAGLE growth is expected to pay this step (rule in the module docstring). ``suffix_sorted``:
@@ -207,8 +216,7 @@ def should_grow(suffix_sorted: np.ndarray, q1: float, profile: EagleProfile, cos
     if not profile.ready:
         return True
     without = plan_budget(suffix_sorted, costs, costs.suffix_ms)
-    head = np.minimum((1.0 - q1) * profile.mean * factor, 1.0)
-    estimate = np.sort(np.concatenate([np.asarray(suffix_sorted, np.float64), head]))[::-1]
+    estimate = np.sort(np.concatenate([np.asarray(suffix_sorted, np.float64), head_estimate(q1, profile, factor)]))[::-1]
     with_growth = plan_budget(estimate, costs, costs.suffix_ms + costs.grow_ms)
     return with_growth.rate > without.rate
 

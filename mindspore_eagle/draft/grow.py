@@ -20,9 +20,10 @@ the best candidate whose parent is kept, ties to the lower index = shallower), s
 tree and, with non-increasing path scores, exactly the top ``max_nodes - 1``.
 
 Draft-cache rows of one growth (L = the draft's committed length; its last entry, position L - 1, is the
-root's): the level-d frontier is written at rows ``L + (d-1)*top_k + j`` (j = frontier slot) with position
-``L + d - 1``; it sees the committed rows plus the rows of its own ancestors and itself. The caller reserves
-those ``(depth - 1) * top_k`` rows and drops them afterwards.
+root's; ``base`` = the first row of the sequence's region, 0 for a single-sequence draft): the level-d frontier is
+written at rows ``base + L + (d-1)*top_k + j`` (j = frontier slot) with position ``L + d - 1``; it sees the committed
+rows plus the rows of its own ancestors and itself. The caller reserves those ``(depth - 1) * top_k`` rows and drops
+them afterwards.
 
 Candidate numbering (the graph's output order; 0 is the root): level 1 = ids ``1..k``; level ``d >= 2`` =
 ``1 + k + (d-2)*k*k + f*k + c`` for child c of frontier slot f. Example, k=2, depth=2: ids 1, 2 (level 1),
@@ -45,12 +46,15 @@ from .merge import best_first, children_of
 
 
 class TreeGrowCell(nn.Cell):
-    """``construct(root_hidden [1, H], committed_len) -> (scores, tokens, parents)``.
+    """``construct(root_hidden [B, H], committed_len [B], base [B]) -> (scores, tokens, parents)``, each ``[B, C]``.
 
-    ``committed_len`` is an int64 scalar tensor: the draft's committed length L (a node sees every committed row
-    plus its tree ancestors and itself). Outputs, each ``[num_candidates]``: cumulative log-probability
-    (float32), target-vocabulary token (int32) and parent candidate id (int32, 0 = root; see the module
-    docstring for the numbering).
+    ``B`` sequences grow at once (``batch``, static: one graph per batch size), each in its own region of the
+    draft's cache: sequence ``b``'s committed entries are rows ``[base[b], base[b] + committed_len[b])`` and its
+    tree rows start right above them. A single-sequence proposer has ``B = 1`` and ``base = 0``; the batch engine
+    gives each request slot its region (``serving.slot_heads``). A node sees its own sequence's committed rows plus
+    its tree ancestors and itself, nothing of the other sequences. ``committed_len`` and ``base`` are int64.
+    Outputs per sequence, ``C = num_candidates``: cumulative log-probability (float32), target-vocabulary token
+    (int32) and parent candidate id (int32, 0 = root; see the module docstring for the numbering).
 
     ``draft`` is any Cell with ``decode(embeds, hidden, positions, mask, cache_rows)``, ``compute_logits``,
     ``to_target`` and ``hidden_size`` (``Eagle3DraftHead``, or a stub in tests). ``embed_table [vocab, H]`` is
@@ -62,13 +66,16 @@ class TreeGrowCell(nn.Cell):
     ``auto_prefix=False`` so that holding the draft and the table renames none of their parameters.
     """
 
-    def __init__(self, draft, embed_table: Parameter, budget: TreeBudget, max_len: int):
+    def __init__(self, draft, embed_table: Parameter, budget: TreeBudget, max_len: int, batch: int = 1):
         super().__init__(auto_prefix=False)
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"TreeGrowCell batch={batch!r}: must be an integer >= 1")
         self.draft = draft
         self.embed_table = embed_table
         self.k = budget.top_k
         self.depth = budget.depth
         self.max_len = max_len
+        self.batch = batch
         self.hidden_size = draft.hidden_size
         k, rows = budget.top_k, max(budget.tree_rows, 1)
         self.num_rows = budget.tree_rows
@@ -79,57 +86,67 @@ class TreeGrowCell(nn.Cell):
         self.blocks = Tensor(blocks)
         self.slots = Tensor(np.arange(k, dtype=np.int32))
 
-    def frontier_mask(self, anc, committed_len):
-        """Additive mask ``[1, 1, k, max_len]``: committed rows ``[0, L)`` plus the tree rows of each
-        frontier node's ancestors-or-self (``anc [k, R]``, 1.0 = visible, tree row r = cache row L + r).
+    def frontier_mask(self, anc, committed_len, base):
+        """Additive mask ``[1, 1, B*k, max_len]``: per sequence b, its committed rows ``[base, base + L)`` plus the
+        tree rows of each frontier node's ancestors-or-self (``anc [B, k, R]``, 1.0 = visible, tree row r = cache
+        row base + L + r).
 
-        Example, k=2, L=3, R=4, max_len=8: column c maps to tree row r = c - 3, clamped into [0, R) before the
-        gather and hidden outside it: r = [-3 -2 -1 0 1 2 3 4] -> gathered [0 0 0 0 1 2 3 3], kept c = 3..6.
+        Example, one sequence, k=2, base=0, L=3, R=4, max_len=8: column c maps to tree row r = c - 3, clamped into
+        [0, R) before the gather and hidden outside it: r = [-3 -2 -1 0 1 2 3 4] -> gathered [0 0 0 0 1 2 3 3], kept
+        c = 3..6.
         """
-        cols = ops.arange(self.max_len, dtype=ms.int64)  # [C]
-        committed = cols < committed_len  # [C]
-        r = cols - committed_len
+        b, k, c = self.batch, self.k, self.max_len
+        cols = ops.arange(c, dtype=ms.int64).reshape(1, c)  # [1, C]
+        start = base.reshape(b, 1)
+        end = start + committed_len.reshape(b, 1)
+        committed = ops.logical_and(cols >= start, cols < end)  # [B, C]
+        r = cols - end  # [B, C]
         in_tree = ops.logical_and(r >= 0, r < self.num_rows)
-        r_safe = ops.minimum(ops.maximum(r, 0), self.num_rows - 1)
-        tree = ops.logical_and(ops.gather(anc, r_safe, 1) > 0.5, in_tree.reshape(1, -1))  # [k, C]
-        visible = ops.logical_or(tree, committed.reshape(1, -1))
+        r_safe = ops.broadcast_to(ops.minimum(ops.maximum(r, 0), self.num_rows - 1).reshape(b, 1, c), (b, k, c))
+        tree = ops.logical_and(ops.gather_d(anc, 2, r_safe) > 0.5, in_tree.reshape(b, 1, c))  # [B, k, C]
+        visible = ops.logical_or(tree, committed.reshape(b, 1, c))
         mask = ops.select(visible, ops.zeros(visible.shape, ms.float32),
                           ops.full(visible.shape, float(MASK_VALUE), dtype=ms.float32))
-        return mask.reshape(1, 1, self.k, self.max_len)
+        return mask.reshape(1, 1, b * k, c)
 
-    def construct(self, root_hidden, committed_len):
-        k, h = self.k, self.hidden_size
-        logp = ops.log_softmax(self.draft.compute_logits(root_hidden), -1)  # [1, Vd]
-        scores, draft_ids = ops.topk(logp, k)  # [1, k] best children of the root
-        scores = scores.reshape(k)
-        tokens = self.draft.to_target(draft_ids.reshape(k))  # [k] target ids
+    def construct(self, root_hidden, committed_len, base):
+        b, k, h = self.batch, self.k, self.hidden_size
+        logp = ops.log_softmax(self.draft.compute_logits(root_hidden), -1)  # [B, Vd]
+        scores, draft_ids = ops.topk(logp, k)  # [B, k] best children of each root
+        tokens = self.draft.to_target(draft_ids.reshape(b * k)).reshape(b, k)  # target ids
         all_scores, all_tokens = (scores,), (tokens,)
-        all_parents = (ops.zeros((k,), ms.int32),)
-        front_ids = self.slots + 1  # candidate ids of the frontier (level 1: 1..k)
-        hidden = ops.broadcast_to(root_hidden.reshape(1, h), (k, h))  # each node's input: its parent's output
-        anc = self.blocks[0]  # [k, R]
+        all_parents = (ops.zeros((b, k), ms.int32),)
+        front_ids = ops.broadcast_to((self.slots + 1).reshape(1, k), (b, k))  # frontier ids (level 1: 1..k)
+        hidden = ops.broadcast_to(root_hidden.reshape(b, 1, h), (b, k, h))  # each node's input: its parent's output
+        anc = ops.broadcast_to(self.blocks[0].reshape(1, k, -1), (b, k, self.blocks.shape[2]))  # [B, k, R]
+        first_row = base + committed_len  # [B] the first tree row of each sequence
         for d in range(1, self.depth):  # feed the level-d frontier, score level d+1
             level_base = 1 + k + (d - 1) * k * k  # candidate id of the first level-(d+1) candidate
-            pos = ops.broadcast_to(ops.cast(committed_len + (d - 1), ms.int32).reshape(1, 1), (1, k))
-            rows = ops.cast(committed_len + (d - 1) * k, ms.int32) + self.slots.reshape(1, k)  # [1, k]
-            mask = self.frontier_mask(anc, committed_len)  # the level-d frontier sits at position L + d - 1
-            embeds = ops.gather(self.embed_table, tokens, 0).reshape(1, k, -1)
-            out = self.draft.decode(embeds, hidden.reshape(1, k, h), pos, mask, rows).reshape(k, h)
-            logp = ops.log_softmax(self.draft.compute_logits(out), -1)  # [k, Vd]
-            child_logp, child_ids = ops.topk(logp, k)  # [k, k]
-            cu = (child_logp + scores.reshape(k, 1)).reshape(k * k)  # cumulative scores, frontier-major
-            child_tokens = self.draft.to_target(child_ids.reshape(k * k))
+            pos = ops.broadcast_to(ops.cast(committed_len + (d - 1), ms.int32).reshape(b, 1), (b, k))
+            rows = ops.cast(first_row + (d - 1) * k, ms.int32).reshape(b, 1) + self.slots.reshape(1, k)  # [B, k]
+            mask = self.frontier_mask(anc, committed_len, base)  # the level-d frontier sits at position L + d - 1
+            embeds = ops.gather(self.embed_table, tokens.reshape(b * k), 0).reshape(1, b * k, -1)
+            out = self.draft.decode(embeds, hidden.reshape(1, b * k, h), pos.reshape(1, b * k), mask,
+                                    rows.reshape(1, b * k)).reshape(b * k, h)
+            logp = ops.log_softmax(self.draft.compute_logits(out), -1)  # [B*k, Vd]
+            child_logp, child_ids = ops.topk(logp, k)  # [B*k, k]
+            cu = (child_logp.reshape(b, k, k) + scores.reshape(b, k, 1)).reshape(b, k * k)  # frontier-major
+            child_tokens = self.draft.to_target(child_ids.reshape(b * k * k)).reshape(b, k * k)
             all_scores += (cu,)
             all_tokens += (child_tokens,)
-            all_parents += (ops.broadcast_to(front_ids.reshape(k, 1), (k, k)).reshape(k * k),)
+            all_parents += (ops.broadcast_to(front_ids.reshape(b, k, 1), (b, k, k)).reshape(b, k * k),)
             if d < self.depth - 1:
-                scores, sel = ops.topk(cu, k)  # next frontier: best k of the k*k
-                parent_slot = ops.floor_div(sel, k)  # [k] frontier slot each winner descends from
-                tokens = ops.gather(child_tokens, sel, 0)
-                hidden = ops.gather(out, parent_slot, 0)
+                scores, sel = ops.topk(cu, k)  # next frontier: best k of the k*k, per sequence
+                parent_slot = ops.floor_div(sel, k)  # [B, k] frontier slot each winner descends from
+                tokens = ops.gather_d(child_tokens, 1, sel)
+                hidden = ops.gather_d(out.reshape(b, k, h), 1,
+                                      ops.broadcast_to(parent_slot.reshape(b, k, 1), (b, k, h)))
                 front_ids = ops.cast(sel, ms.int32) + level_base
-                anc = ops.maximum(ops.gather(anc, parent_slot, 0), self.blocks[d])
-        return ops.concat(all_scores), ops.cast(ops.concat(all_tokens), ms.int32), ops.concat(all_parents)
+                r = anc.shape[2]
+                anc = ops.maximum(ops.gather_d(anc, 1, ops.broadcast_to(parent_slot.reshape(b, k, 1), (b, k, r))),
+                                  self.blocks[d].reshape(1, k, r))
+        return (ops.concat(all_scores, 1), ops.cast(ops.concat(all_tokens, 1), ms.int32),
+                ops.concat(all_parents, 1))
 
 
 @dataclass(frozen=True)

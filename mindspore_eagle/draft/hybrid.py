@@ -51,7 +51,8 @@ from ..errors import ConfigError, TreeInvariantError
 from ..runtime import Buckets, smallest_holding
 from ..drafting import CalibrationMode, DraftingConfig
 from ..tree.layout import TreeLayout
-from .budget import AcceptanceRatio, CostTracker, EagleProfile, VerifyCosts, plan_budget, should_grow
+from .budget import (AcceptanceRatio, CostTracker, EagleProfile, VerifyCosts, head_estimate, plan_budget,
+                     should_grow)
 from .grow import select_tree
 from .merge import (SOURCE_BOTH, SOURCE_EAGLE, SOURCE_ROOT, SOURCE_SUFFIX, CandidateTree, MergedTree,
                     SourcedCandidates, select, union)
@@ -95,11 +96,13 @@ class HybridProposer:
     requests). ``explore_every`` (adaptive hybrid): grow the head at least every that many steps even when
     ``should_grow`` says no, to keep the profile it relies on current (the profile and that count persist across
     requests: they describe the head, not the conversation); 1 grows it every step (the always-grow ablation of
-    ``scripts/replay_suffix.py``)."""
+    ``scripts/replay_suffix.py``). 128 rather than 32: over the 240 turns with native Q4_1 weights on an AVX-512
+    Xeon, a forced growth the rule would have skipped cost more than the fresher profile won (speedup 1.600 ->
+    1.649, results/eval-avx512-native-explore128)."""
 
     def __init__(self, drafting: DraftingConfig, eagle=None, *, buckets: Buckets | Sequence[int],
                  costs: VerifyCosts | None = None, calibration: SuffixCalibration | None = None,
-                 learn_costs: bool = True, learn_ratio: bool = True, explore_every: int = 32,
+                 learn_costs: bool = True, learn_ratio: bool = True, explore_every: int = 128,
                  clock: Callable[[], float] = time.perf_counter):
         if not isinstance(drafting, DraftingConfig):
             raise ConfigError(f"HybridProposer: expected a DraftingConfig, got {drafting!r}")
@@ -144,6 +147,7 @@ class HybridProposer:
         self._pending_feats: list[np.ndarray] = []
         self._last: MergedTree | None = None
         self._grew = False  # the last draft grew the head
+        self._steps_covered = 1  # steps whose committed tokens the next catch-up writes (growth cost accounting)
         self.draft_ms = 0.0  # the last draft's cost (the adaptive rule's draft_ms)
 
     # ----- the engine's Proposer protocol -----------------------------------------------------------------
@@ -187,6 +191,25 @@ class HybridProposer:
     def draft(self, root_token: int):
         """Phase one of ``propose``: the step's candidates (``SourcedCandidates``; ``draft_ms`` their cost), or, for
         the plain EAGLE-3 proposer (eagle mode, fixed budget), its tree (``TreeLayout``) outright."""
+        grow = self.wants_growth(root_token)
+        grown = None
+        if grow:
+            t0 = self._clock()
+            self.catch_up()
+            t1 = self._clock()
+            grown = self.eagle.candidates()
+            if self.tracker is not None:
+                # the cost a growth adds to one step: the growth itself plus one step's share of the catch-up (it
+                # writes the tokens of every step since the last growth; charging all of it to this step would
+                # make growth look dearer the rarer it is, and rarer still for that)
+                self.tracker.observe_growth(((self._clock() - t1) + (t1 - t0) / self._steps_covered) * 1000)
+        return self.draft_from(root_token, grown)
+
+    def wants_growth(self, root_token: int) -> bool:
+        """The first half of ``draft``: look the root up in the suffix index and decide whether the head grows this
+        step (eagle mode or a fixed budget: always; adaptive hybrid: ``should_grow``, and at least every
+        ``explore_every`` steps). The batch engine calls it for every request, grows the heads that said yes in
+        one batched growth (after ``catch_up``), and hands each its candidates through ``draft_from``."""
         root = int(root_token)
         if self.index.tokens[-1] != root:
             raise TreeInvariantError(f"propose({root}): the committed sequence ends with {self.index.tokens[-1]}; "
@@ -198,29 +221,46 @@ class HybridProposer:
                                            or self._since_growth + 1 >= self.explore_every
                                            or should_grow(self._scaled(_sorted(suffix)), _best_child(suffix),
                                                           self.profile, self.costs, self._factor()))
-        steps_covered = self._since_growth + 1  # steps whose committed tokens the catch-up below writes
+        self._steps_covered = self._since_growth + 1  # steps whose committed tokens the catch-up writes
         self._since_growth = 0 if grow else self._since_growth + 1
+        self._grew = grow
+        return grow
+
+    def growth_estimate(self) -> tuple[np.ndarray, np.ndarray]:
+        """After ``wants_growth``: the suffix candidates' p as the rule ranks them (largest first) and what a growth
+        of the head is expected to add (``budget.head_estimate``: empty before the profile has seen a growth). The
+        batch engine weighs every growing request's growth against the cost of the batched growth with these."""
+        suffix = self._suffix[0] if self._suffix is not None else None
+        return self._scaled(_sorted(suffix)), head_estimate(_best_child(suffix), self.profile, self._factor())
+
+    def skip_growth(self) -> None:
+        """Take back ``wants_growth``'s yes (the batch engine found the growth not worth its cost this step): the
+        step drafts from the suffix alone and counts as a step without growth."""
+        if self._grew:
+            self._grew = False
+            self._since_growth = self._steps_covered
+
+    def draft_from(self, root_token: int, grown: tuple[np.ndarray, np.ndarray, np.ndarray] | None):
+        """The second half of ``draft``: the candidates of this step from the suffix proposal ``wants_growth``
+        looked up and, when it said the head grows, the head's ``(scores, tokens, parents)`` (``grown``)."""
+        root = int(root_token)
+        if (grown is not None) != self._grew:
+            raise ConfigError(f"draft_from: wants_growth said grow={self._grew} but the head's candidates were "
+                              f"{'given' if grown is not None else 'not given'}")
+        suffix = self._suffix[0] if self._suffix is not None else None
         eagle = None
-        if grow:
-            t0 = self._clock()
-            self.catch_up()
-            t1 = self._clock()
-            scores, tokens, parents = self.eagle.candidates()
-            if self.tracker is not None:
-                # the cost a growth adds to one step: the growth itself plus one step's share of the catch-up (it
-                # writes the tokens of every step since the last growth; charging all of it to this step would
-                # make growth look dearer the rarer it is, and rarer still for that)
-                self.tracker.observe_growth(((self._clock() - t1) + (t1 - t0) / steps_covered) * 1000)
+        if grown is not None:
+            scores, tokens, parents = grown
             if self.mode == "eagle" and self.budget == "fixed":  # exactly Eagle3Proposer's tree
-                grown = select_tree(root, scores, tokens, parents, self.max_nodes)
-                source = np.full(grown.layout.num_nodes, SOURCE_EAGLE, np.int8)
+                grown_tree = select_tree(root, scores, tokens, parents, self.max_nodes)
+                source = np.full(grown_tree.layout.num_nodes, SOURCE_EAGLE, np.int8)
                 source[0] = SOURCE_ROOT
-                return self._record(MergedTree(grown.layout, CandidateTree.from_grown(grown).probs, source), True,
-                                    None, 0)
+                return self._record(MergedTree(grown_tree.layout, CandidateTree.from_grown(grown_tree).probs, source),
+                                    True, None, 0)
             eagle = CandidateTree.from_eagle(root, scores, tokens, parents)
             self.profile.update(_sorted(eagle))
-        self._grew = grow
-        self.draft_ms = (self.costs.suffix_ms if suffix is not None else 0.0) + (self.costs.grow_ms if grow else 0.0)
+        self.draft_ms = ((self.costs.suffix_ms if suffix is not None else 0.0)
+                         + (self.costs.grow_ms if grown is not None else 0.0))
         return union(eagle, suffix)
 
     def accept(self, acceptance, aux_hidden: np.ndarray) -> None:

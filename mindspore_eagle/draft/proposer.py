@@ -216,11 +216,12 @@ class Eagle3Proposer:
         if rows:
             self.cache.begin_round(rows)  # CacheCapacityError before anything is written
         try:
-            scores, tokens, parents = self._grow_fn(Tensor(self._root_hidden[None]), Tensor(np.int64(L)))
+            scores, tokens, parents = self._grow_fn(Tensor(self._root_hidden[None]), Tensor(np.array([L], np.int64)),
+                                                    Tensor(np.zeros(1, np.int64)))
         finally:
             if rows:
                 self.cache.rollback(L)
-        return scores.asnumpy(), tokens.asnumpy(), parents.asnumpy()
+        return scores.asnumpy()[0], tokens.asnumpy()[0], parents.asnumpy()[0]
 
 
 def default_head_dir() -> str:

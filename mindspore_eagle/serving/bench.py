@@ -51,29 +51,33 @@ def run_load(engine: BatchEngine, prompts: Sequence[Sequence[int]], concurrency:
 
 
 def run_single(engine: BatchEngine, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: Sequence[int],
-               speculative: bool) -> dict:
+               proposer=None) -> dict:
     """The same prompts one after the other through the batch-1 ``SpeculativeEngine`` on the same teacher (same
-    kernels, same cache buffers; the batch engine is idle meanwhile): the reference for c = 1."""
+    kernels, same cache buffers; the batch engine is idle meanwhile), with ``proposer`` (None: plain decoding): the
+    reference for c = 1."""
     from ..engine import SpeculativeEngine
 
     single = SpeculativeEngine(engine.teacher)
-    factory = engine.proposer_factory if speculative else None
     t0 = time.perf_counter()
     tokens = []
     for p in prompts:
-        tokens.append(single.generate(p, max_new_tokens, eos, proposer=factory() if factory else None).tokens)
+        tokens.append(single.generate(p, max_new_tokens, eos, proposer=proposer).tokens)
     seconds = time.perf_counter() - t0
     total = sum(len(t) for t in tokens)
-    return {"single_engine": True, "speculative": speculative, "requests": len(prompts), "tokens": total,
+    return {"single_engine": True, "speculative": proposer is not None, "requests": len(prompts), "tokens": total,
             "seconds": round(seconds, 3), "tok_s": round(total / seconds, 2), "_tokens": tokens}
 
 
 def bench_batch(engine: BatchEngine, prompts: Sequence[Sequence[int]], concurrencies: Sequence[int],
-                max_new_tokens: int, eos: Sequence[int], speculative: bool = True, log=print) -> dict:
+                max_new_tokens: int, eos: Sequence[int], single_proposer=None, log=print) -> dict:
+    """``single_proposer``: today's single-request proposer for the c = 1 reference (``stack.single_proposer``; it
+    learns its own step costs, as ``generate``'s does), or None without speculation."""
     singles = {}
+    speculative = single_proposer is not None
     for spec in ((False, True) if speculative else (False,)):
-        run_single(engine, prompts[:2], 8, eos, spec)  # compile the batch-1 engine's own graphs (commit moves)
-        r = run_single(engine, prompts, max_new_tokens, eos, spec)
+        proposer = single_proposer if spec else None
+        run_single(engine, prompts[:2], 8, eos, proposer)  # compile the batch-1 engine's own graphs (commit moves)
+        r = run_single(engine, prompts, max_new_tokens, eos, proposer)
         r.pop("_tokens")
         log(json.dumps(r))
         singles[spec] = r["tok_s"]

@@ -14,18 +14,13 @@ from dataclasses import dataclass
 from ..app.build import check_cache_memory
 from ..runtime import Buckets, RuntimeConfig
 from ..teacher_config import TeacherConfig
-from ..drafting import BudgetMode, DraftingConfig, Proposer
+from ..drafting import SERVING_DRAFTING, BudgetMode, DraftingConfig
 from ..errors import ConfigError
 from .batch import BatchEngine
 
 SERVING_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 """Row buckets of the batched forward. Finer than the single-request default (1, 8, ...): a step's rows are one
 root per running request plus the global budget's drafts, and a padded row costs as much as a real one."""
-
-SERVING_DRAFTING = DraftingConfig(proposer=Proposer.SUFFIX)
-"""The server's drafting unless told otherwise: the suffix index (the batch engine has no per-slot head cache yet),
-ranked across requests by the global budget, the product's bound."""
-
 
 @dataclass(frozen=True)
 class BatchStack:
@@ -36,24 +31,56 @@ class BatchStack:
     drafting: DraftingConfig | None  # None: no speculation
 
 
-def suffix_factory(buckets: Buckets, drafting: DraftingConfig):
-    """Per request, the suffix-index proposer ``drafting`` describes (suffix, adaptive: ``build_batch`` refuses
-    anything else), whose candidates the engine ranks globally. ``learn_costs`` is off: the engine measures the cost
-    of the batched forward itself. One ``AcceptanceRatio`` is shared by every request's proposer: what the teacher
-    accepts is learnt across requests, as the single-request engine's one proposer does (a fresh ratio per request
-    would start every request at the prior)."""
-    from ..draft.budget import AcceptanceRatio, VerifyCosts
+def proposer_factory(buckets: Buckets, drafting: DraftingConfig, heads=None, explore_every: int | None = None):
+    """Per request slot, the ``HybridProposer`` ``drafting`` describes (adaptive: ``build_batch`` refuses a fixed
+    budget), whose candidates the engine ranks globally; with ``heads`` (``SlotHeads``) its head drafts in the slot's
+    region. ``learn_costs`` is off: the engine measures the cost of the batched forward itself. What describes the
+    teacher and the head rather than one conversation is shared by every request's proposer, as the single-request
+    engine's one proposer keeps it across requests: the ``AcceptanceRatio`` (what the teacher accepts) and the
+    ``EagleProfile`` (what the head's candidates are worth, which decides when it grows); a fresh one per request
+    would start every request at the prior. ``explore_every``: the proposers' (None: ``HybridProposer``'s default;
+    tests set 1 to grow the head every step)."""
+    from ..draft.budget import AcceptanceRatio, EagleProfile, VerifyCosts
     from ..draft.hybrid import HybridProposer
 
     costs = VerifyCosts().covering(buckets.sizes)
-    ratio = AcceptanceRatio()
+    ratio, profile = AcceptanceRatio(), EagleProfile()
+    extra = {} if explore_every is None else {"explore_every": explore_every}
 
-    def make():
-        prop = HybridProposer(drafting, buckets=buckets, costs=costs, learn_costs=False)
-        prop.ratio = ratio
+    def make(slot: int):
+        eagle = heads.slot(slot) if heads is not None else None
+        prop = HybridProposer(drafting, eagle, buckets=buckets, costs=costs, learn_costs=False, **extra)
+        prop.ratio, prop.profile = ratio, profile
         return prop
 
     return make
+
+
+def single_proposer(stack: BatchStack):
+    """The proposer the single-request engine (``generate``) would draft with for ``stack``'s drafting: one
+    ``HybridProposer`` that learns its own step costs, its head drafting in slot 0's region (``bench-batch`` runs it
+    while the batch engine is idle, as the c = 1 reference); None without speculation."""
+    from ..draft.hybrid import HybridProposer
+
+    if stack.drafting is None:
+        return None
+    eagle = stack.engine.heads.slot(0) if stack.engine.heads is not None else None
+    return HybridProposer(stack.drafting, eagle, buckets=stack.engine.buckets)
+
+
+def load_slot_heads(drafting: DraftingConfig, teacher, max_seqs: int, slot_len: int):
+    """The ``SlotHeads`` for ``drafting``'s head (the shipped one, or ``drafting.head``): its cache sized for every
+    slot, embeddings shared with the teacher, attention and matmul the teacher's."""
+    from ..draft import default_head_dir, load_head
+    from .slot_heads import SlotHeads
+
+    budget = drafting.tree_budget()
+    path = drafting.head or default_head_dir()
+    rows = SlotHeads.cache_rows(max_seqs, slot_len, budget, teacher.runtime.buckets.largest)
+    head = load_head(path, rows, teacher.compute)
+    head.cfg.check_teacher(teacher.cfg)
+    table = head.embed_tokens.weight if head.own_embedding else teacher.cell.model.embed_tokens.weight
+    return SlotHeads(head, table, budget, max_seqs, slot_len, teacher.runtime.buckets, teacher.runtime.exec_mode)
 
 
 def build_batch(model: str | None, max_seqs: int, slot_len: int, runtime: RuntimeConfig | None = None,
@@ -61,16 +88,16 @@ def build_batch(model: str | None, max_seqs: int, slot_len: int, runtime: Runtim
                 tokenizer: bool = True) -> BatchStack:
     """A ``BatchStack``: ``max_seqs`` slots of ``slot_len`` rows (prompt + completion) each. ``runtime`` gives dtype,
     matmul, weights and buckets (its ``max_cache_len`` and ``batch_size`` are replaced); ``drafting`` None: no
-    speculation; else suffix drafting under the global (adaptive) budget, every request's step at most
-    ``drafting.max_nodes`` nodes (a request may lower its own bound)."""
+    speculation; else the drafting it describes (suffix index, EAGLE-3 head in per-slot draft contexts, or both)
+    under the global (adaptive) budget, every request's step at most ``drafting.max_nodes`` nodes (a request may
+    lower its own bound)."""
     from .. import deploy
     from ..storage.assets import require_default_model
     from ..teacher import Teacher
 
-    if drafting is not None and (drafting.proposer is not Proposer.SUFFIX or drafting.oracle):
-        raise ConfigError(f"--proposer {drafting.head if drafting.oracle else drafting.proposer.value}: the batch "
-                          "engine drafts with the suffix index only (the EAGLE-3 head needs a head cache per slot: "
-                          "not yet in the batch engine; use `generate` for head drafting)")
+    if drafting is not None and drafting.oracle:
+        raise ConfigError(f"--draft {drafting.head}: an oracle bound needs the request's greedy output in advance; "
+                          "the batch engine serves requests as they come (use `generate` or `eval` for bounds)")
     if drafting is not None and drafting.budget is not BudgetMode.ADAPTIVE:
         raise ConfigError("--budget fixed: the batch engine ranks every request's candidates under one global "
                           "budget (adaptive); bound a request's tree with --max-nodes instead")
@@ -81,6 +108,14 @@ def build_batch(model: str | None, max_seqs: int, slot_len: int, runtime: Runtim
                           "needs a row of the largest bucket every step)")
     if isinstance(slot_len, bool) or not isinstance(slot_len, int) or slot_len <= largest:
         raise ConfigError(f"--max-cache-len {slot_len!r}: must be an integer above the largest bucket {largest}")
+    if drafting is not None and drafting.uses_head:
+        from ..draft import default_head_dir
+        from ..errors import AssetError
+
+        head_dir = drafting.head or default_head_dir()
+        if not os.path.isdir(head_dir):  # before any weight is read
+            raise AssetError(f"draft head directory {head_dir} does not exist: pass --draft HEAD_DIR, or --proposer "
+                             "suffix to draft without a head")
     model_dir = os.path.abspath(model or require_default_model())
     cfg = TeacherConfig.load(model_dir)
     if slot_len > cfg.max_position_embeddings:
@@ -96,9 +131,11 @@ def build_batch(model: str | None, max_seqs: int, slot_len: int, runtime: Runtim
             drafting = None  # the root alone: plain decoding
     choice = deploy.prepare(runtime, drafting, cfg)
     teacher = Teacher.load(model_dir, runtime, choice)
-    factory = suffix_factory(runtime.buckets, drafting) if drafting is not None else None
+    heads = (load_slot_heads(drafting, teacher, max_seqs, slot_len)
+             if drafting is not None and drafting.uses_head else None)
+    factory = proposer_factory(runtime.buckets, drafting, heads) if drafting is not None else None
     engine = BatchEngine(teacher, max_seqs, slot_len, factory, max_queued=max_queued,
-                         max_nodes=drafting.max_nodes if drafting is not None else None)
+                         max_nodes=drafting.max_nodes if drafting is not None else None, heads=heads)
     tok = None
     if tokenizer:
         from ..tokenizer import load_tokenizer
@@ -108,4 +145,5 @@ def build_batch(model: str | None, max_seqs: int, slot_len: int, runtime: Runtim
     return BatchStack(engine, tok, eos, model_dir, drafting)
 
 
-__all__ = ["BatchStack", "SERVING_BUCKETS", "SERVING_DRAFTING", "build_batch", "suffix_factory"]
+__all__ = ["BatchStack", "SERVING_BUCKETS", "SERVING_DRAFTING", "build_batch", "load_slot_heads",
+           "proposer_factory", "single_proposer"]
