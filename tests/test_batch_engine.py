@@ -132,6 +132,18 @@ def test_heads_growing_together_keep_every_request_lossless(stack, prompts, refe
     assert_no_slot_leaked(engine)
 
 
+def test_bench_batch_compares_every_run_with_c1_greedy_and_the_single_request_engine(stack, prompts):
+    from mindspore_eagle.serving.bench import bench_batch
+    from mindspore_eagle.serving.stack import single_proposer
+
+    lines = []
+    summary = bench_batch(stack.engine, prompts[:3], [1, 2], 6, stack.eos, single_proposer(stack), log=lines.append)
+    assert len(lines) == 2 + 4  # the single-request engine without and with drafting, then 2 runs per concurrency
+    assert summary["all_lossless"] and [r["lossless"] for r in summary["runs"]] == [3] * 4
+    assert set(summary["c1_over_single_engine"]) == {"greedy", "spec"}
+    assert_no_slot_leaked(stack.engine)
+
+
 def test_more_requests_than_slots_queue_and_each_stays_lossless(stack, prompts, reference):
     engine = stack.engine
     reqs = [engine.submit(prompts[i % 4], 24, stack.eos) for i in range(7)]  # 4 slots: 3 wait

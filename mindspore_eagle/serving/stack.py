@@ -60,12 +60,14 @@ def single_proposer(stack: BatchStack):
     """The proposer the single-request engine (``generate``) would draft with for ``stack``'s drafting: one
     ``HybridProposer`` that learns its own step costs, its head drafting in slot 0's region (``bench-batch`` runs it
     while the batch engine is idle, as the c = 1 reference); None without speculation."""
+    from ..draft.budget import VerifyCosts
     from ..draft.hybrid import HybridProposer
 
     if stack.drafting is None:
         return None
     eagle = stack.engine.heads.slot(0) if stack.engine.heads is not None else None
-    return HybridProposer(stack.drafting, eagle, buckets=stack.engine.buckets)
+    buckets = stack.engine.buckets
+    return HybridProposer(stack.drafting, eagle, buckets=buckets, costs=VerifyCosts().covering(buckets.sizes))
 
 
 def load_slot_heads(drafting: DraftingConfig, teacher, max_seqs: int, slot_len: int):
