@@ -223,8 +223,8 @@ SERVING_DRAFTING = DraftingConfig()
 """The batch engine's drafting unless told otherwise (``serve``, ``bench-batch``): the product's, hybrid (the shipped
 head, one draft context per slot, and the suffix index), every request's candidates ranked across the batch by the
 global budget, which also decides which heads grow (``serving.batch.plan_growth``). Measured against the suffix index
-alone on a 2-vCPU Xeon (docs/serving.md, Results): ahead at 1-2 requests on evaluation prompts, level on prompts
-from outside the repository and at 4-8 requests, where the rule leaves the head idle."""
+alone on a 2-vCPU Xeon (docs/serving.md, Results): level within noise at 1-8 requests (the rule leaves the head idle
+from 4 requests on); kept for one drafting across ``generate`` and ``serve``, and for heads that draft better."""
 
 
 __all__ = ["BudgetMode", "CalibrationMode", "DEFAULT_MAX_NODES", "DraftingConfig", "ORACLES", "Proposer",
