@@ -126,6 +126,7 @@ def test_chat_answer_equals_the_engines_and_reports_usage_and_speculation(client
     assert r.usage.completion_tokens > 0 and r.usage.prompt_tokens > 10
     spec = r.model_extra["speculative"]
     assert spec["steps"] >= 1 and spec["accepted"] <= spec["drafted"]
+    assert 0 <= spec["head_growths"] <= spec["steps"]  # the default drafting is hybrid: the head may grow
     assert r.choices[0].finish_reason in ("stop", "length")
     wait_idle(server[0])
 
@@ -250,7 +251,7 @@ def test_models_health_and_speculation_metrics(server):
     metrics = http(port, "/metrics")[1]
     values = dict(line.rsplit(" ", 1) for line in metrics.splitlines() if line and not line.startswith("#"))
     for name in ("mse_spec_decode_num_draft_tokens_total", "mse_spec_decode_num_accepted_tokens_total",
-                 "mse_generation_tokens_total", "mse_free_slots"):
+                 "mse_spec_decode_num_head_growths_total", "mse_generation_tokens_total", "mse_free_slots"):
         assert name in values
     assert float(values["mse_spec_decode_num_draft_tokens_total"]) > 0  # the copy prompt drafted from its suffix index
 

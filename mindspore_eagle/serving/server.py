@@ -55,6 +55,8 @@ class Metrics:
                               registry=r)
         self.draft_tokens = Counter("mse_spec_decode_num_draft_tokens", "draft tokens verified", registry=r)
         self.accepted_tokens = Counter("mse_spec_decode_num_accepted_tokens", "draft tokens accepted", registry=r)
+        self.head_growths = Counter("mse_spec_decode_num_head_growths",
+                                    "request-steps whose candidates include the EAGLE-3 head's", registry=r)
         self.steps = Counter("mse_engine_steps", "batched forward steps", registry=r)
         self.step_seconds = Histogram("mse_engine_step_seconds", "seconds per engine step", registry=r,
                                       buckets=(0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5))
@@ -80,6 +82,7 @@ class Metrics:
             self.drafts.inc(stats.draft_steps)
             self.draft_tokens.inc(stats.drafted)
             self.accepted_tokens.inc(stats.accepted)
+        self.head_growths.inc(stats.head_growths)
 
 
 class TextStream:
@@ -195,7 +198,7 @@ def create_app(engine: BatchEngine, tokenizer, eos, config: ServerConfig):
     def spec_stats(stream: Stream) -> dict:
         s = stream.request.stats
         return {"steps": s.steps, "drafted": s.drafted, "accepted": s.accepted,
-                "tau": round(s.tau, 4) if s.steps else None}
+                "tau": round(s.tau, 4) if s.steps else None, "head_growths": s.head_growths}
 
     async def finish(stream: Stream, text: TextStream) -> str:
         """Cancel the request if it is still running; record its statistics; the OpenAI finish reason."""
