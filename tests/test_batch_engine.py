@@ -144,6 +144,27 @@ def test_bench_batch_compares_every_run_with_c1_greedy_and_the_single_request_en
     assert_no_slot_leaked(stack.engine)
 
 
+def test_each_request_may_draft_from_its_own_source(stack, prompts, reference, monkeypatch):
+    """Sources side by side in one batch: the suffix index alone, the head alone, both; all lossless, and the
+    suffix-only request never grows the head. A head source on an engine without a head, or an unknown source, is
+    refused at submit."""
+    engine = stack.engine
+    sources = ["suffix", "eagle", "hybrid", None]
+    reqs = [engine.submit(p, 32, stack.eos, proposer=src) for p, src in zip(prompts, sources)]
+    drain(engine)
+    for i, req in enumerate(reqs):
+        assert tuple(req.tokens) == tuple(reference[i][:len(req.tokens)]) and len(req.tokens) > 0, sources[i]
+    assert reqs[0].stats.head_growths == 0 and reqs[0].stats.steps > 0
+    assert sum(r.stats.head_growths for r in reqs[1:]) > 0  # the head's sources did grow it
+    with pytest.raises(ConfigError, match="must be one of"):
+        engine.submit(prompts[0], 4, proposer="medusa")
+    monkeypatch.setattr(engine, "heads", None)
+    with pytest.raises(ConfigError, match="has none"):
+        engine.submit(prompts[0], 4, proposer="eagle")
+    assert engine.num_waiting == 0
+    assert_no_slot_leaked(engine)
+
+
 def test_more_requests_than_slots_queue_and_each_stays_lossless(stack, prompts, reference):
     engine = stack.engine
     reqs = [engine.submit(prompts[i % 4], 24, stack.eos) for i in range(7)]  # 4 slots: 3 wait
@@ -254,7 +275,7 @@ def test_speculative_sampling_in_a_batch_follows_the_teacher_distribution(hf_tin
     _, ms_dir, model = hf_tiny("qwen2")
     rt = RuntimeConfig(max_cache_len=BatchEngine.cache_rows(8, 24, 64), buckets=(1, 4, 16, 64), prefill_chunk=4)
     teacher = Teacher.load(ms_dir, rt)
-    engine = BatchEngine(teacher, 8, 24, lambda slot: TopTokensProposer(model), max_queued=1000)
+    engine = BatchEngine(teacher, 8, 24, lambda slot, source: TopTokensProposer(model), max_queued=1000)
     reqs = [engine.submit(PROMPT, 3, sampling=SamplingParams(seed=s, **PARAMS)) for s in range(800)]
     drain(engine, limit=100000)
     samples = np.array([r.tokens for r in reqs])

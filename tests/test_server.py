@@ -131,6 +131,21 @@ def test_chat_answer_equals_the_engines_and_reports_usage_and_speculation(client
     wait_idle(server[0])
 
 
+def test_a_request_may_choose_its_draft_source(client, expected, server):
+    """``"speculative": {"proposer": ...}``: the suffix index alone never grows the head; every source gives the
+    engine's greedy answer."""
+    for source in ("suffix", "eagle", "hybrid"):
+        r = client.chat.completions.create(model="smol", messages=[{"role": "user", "content": PROMPTS[0]}],
+                                           max_tokens=32, temperature=0,
+                                           extra_body={"speculative": {"proposer": source}})
+        assert r.choices[0].message.content == expected[PROMPTS[0]], source
+        spec = r.model_extra["speculative"]
+        assert spec["steps"] >= 1
+        if source == "suffix":
+            assert spec["head_growths"] == 0
+    wait_idle(server[0])
+
+
 def test_streamed_chat_equals_the_non_streamed_answer(client, expected):
     chunks = list(chat(client, PROMPTS[2], stream=True, stream_options={"include_usage": True}))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -183,8 +198,10 @@ def test_eight_concurrent_requests_each_equal_their_batch1_answer(client, expect
     ({"messages": [{"role": "user", "content": "x"}], "model": "gpt-9"}, 404, "not served here"),
     ({"messages": [{"role": "user", "content": "word " * 600}]}, 400, "context is 384 tokens"),
     ({"messages": [{"role": "user", "content": "x"}], "speculative": "maybe"}, 400, "speculative"),
+    ({"messages": [{"role": "user", "content": "x"}], "speculative": {"proposer": "medusa"}}, 400,
+     "must be one of ['eagle', 'suffix', 'hybrid']"),
 ], ids=["json", "utf8", "messages-type", "role", "negative-max-tokens", "max-tokens-type", "n", "logprobs",
-        "temperature", "unknown-model", "too-long", "speculative"])
+        "temperature", "unknown-model", "too-long", "speculative", "proposer"])
 def test_bad_input_gets_a_4xx_naming_the_problem(server, body, status, needle):
     port = server[0]
     code, answer = http(port, "/v1/chat/completions", raw=body if isinstance(body, bytes) else None,

@@ -45,6 +45,7 @@ import numpy as np
 
 from ..cache.commit import PathCommit, pad_moves, path_moves
 from ..draft.budget import DEFAULT_GROW_MS, CostTracker, VerifyCosts
+from ..drafting import Proposer
 from ..engine import validate_request
 from ..errors import CacheCapacityError, ConfigError
 from ..teacher import LOGITS, Teacher
@@ -53,6 +54,7 @@ from ..tree.mask import MASK_VALUE, tree_visibility
 from ..verify import PositionNoise, SamplingParams, accept_greedy, accept_sampling, sample_token
 
 FINISH_REASONS = ("eos", "max_new_tokens", "cache_full", "cancelled")
+SOURCES = tuple(m.value for m in Proposer)  # a request's draft sources ("eagle", "suffix", "hybrid")
 
 
 @dataclass
@@ -81,6 +83,7 @@ class Request:
     eos: frozenset
     sampling: SamplingParams
     max_nodes: int  # nodes a step may verify for this request, root included (1 = no speculation)
+    source: str | None = None  # this request's draft source ("eagle", "suffix", "hybrid"; None: the engine's)
     proposer: object | None = None
     slot: int | None = None
     written: int = 0  # rows of this request in its slot (prompt rows prefilled, then committed tokens)
@@ -184,8 +187,8 @@ class BatchEngine:
     """Continuous batching over one teacher (module docstring).
 
     ``teacher``: batch 1, fused attention (the custom kernels), ``max_cache_len >= max_seqs * slot_len + largest
-    bucket`` (``BatchEngine.cache_rows`` says how many). ``proposer_factory(slot)``: a new proposer for the
-    request admitted to ``slot`` (``HybridProposer`` in an adaptive mode for the global budget; anything with
+    bucket`` (``BatchEngine.cache_rows`` says how many). ``proposer_factory(slot, source)``: a new proposer for the
+    request admitted to ``slot``, drafting from ``source`` (None: the engine's drafting; or a ``Proposer`` value) (``HybridProposer`` in an adaptive mode for the global budget; anything with
     ``propose`` otherwise), or None for teacher-only decoding. ``heads``: the ``SlotHeads`` the proposers' heads
     draft in, so that the heads growing in one step grow in one graph (None: no head, or each grows alone).
     ``prefill_rows``: prompt rows a step may write (default the runtime's ``prefill_chunk``).
@@ -272,9 +275,11 @@ class BatchEngine:
     # ----- requests (any thread) ----------------------------------------------------------------------------
     def submit(self, prompt: Sequence[int], max_new_tokens: int, eos: Sequence[int] = (),
                sampling: SamplingParams = SamplingParams(), max_nodes: int | None = None,
-               request_id: str | None = None) -> Request:
+               request_id: str | None = None, proposer: str | None = None) -> Request:
         """Queue a request; typed errors (ConfigError, CacheCapacityError) before anything is queued.
-        ``max_nodes``: this request's bound on the nodes a step verifies (1: no speculation; None: the engine's)."""
+        ``max_nodes``: this request's bound on the nodes a step verifies (1: no speculation; None: the engine's).
+        ``proposer``: this request's draft source, "eagle", "suffix" or "hybrid" (None: the engine's); the head's
+        sources need an engine built with a head."""
         ids = validate_request(prompt, max_new_tokens, self.teacher.cfg.vocab_size, self.slot_len)
         if not isinstance(sampling, SamplingParams):
             raise ConfigError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
@@ -283,8 +288,17 @@ class BatchEngine:
             max_nodes = cap
         if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 1:
             raise ConfigError(f"max_nodes={max_nodes!r}: must be an integer >= 1")
+        if proposer is not None:
+            if proposer not in SOURCES:
+                raise ConfigError(f"proposer={proposer!r}: must be one of {SOURCES}")
+            if self.proposer_factory is None:
+                raise ConfigError(f"proposer={proposer!r}: this engine runs without speculation")
+            if proposer != "suffix" and self.heads is None:
+                raise ConfigError(f"proposer={proposer!r} drafts with the EAGLE-3 head and this engine has none; "
+                                  "use 'suffix', or start the engine with a head (--drafting hybrid or eagle)")
         req = Request(request_id or f"req-{next(self._ids)}", ids, int(max_new_tokens),
-                      frozenset(int(e) for e in eos), sampling, min(max_nodes, cap), submitted_s=time.perf_counter())
+                      frozenset(int(e) for e in eos), sampling, min(max_nodes, cap), proposer,
+                      submitted_s=time.perf_counter())
         with self._lock:
             if len(self._waiting) >= self.max_queued:
                 raise QueueFullError(f"{len(self._waiting)} requests are already waiting (max_queued="
@@ -329,7 +343,7 @@ class BatchEngine:
                 req.slot = self.free_slots.pop(0)
                 req.noise = PositionNoise(req.sampling.seed)
                 if self.proposer_factory is not None and req.max_nodes > 1:
-                    req.proposer = self.proposer_factory(req.slot)
+                    req.proposer = self.proposer_factory(req.slot, req.source)
                 self.running.append(req)
         if self.running:
             events += self._forward_step()

@@ -3,8 +3,9 @@
 Supported: ``model``, ``messages`` (chat) or ``prompt`` (completions: a string or a list of token ids),
 ``max_tokens`` / ``max_completion_tokens``, ``stop`` (string or up to 4 strings), ``temperature``, ``top_p``,
 ``top_k``, ``seed``, ``stream``, ``stream_options.include_usage``, ``n`` (1 only), ``user`` (ignored), and the
-extension ``speculative``: ``false`` (plain decoding), ``true`` (the server's drafting) or ``{"max_nodes": N}``
-(a smaller bound on the nodes a step verifies; clamped by the server's). Refused with a message (never ignored
+extension ``speculative``: ``false`` (plain decoding), ``true`` (the server's drafting) or an object with
+``max_nodes`` (a smaller bound on the nodes a step verifies; clamped by the server's) and/or ``proposer`` (this
+request's draft source: "eagle", "suffix" or "hybrid"; the head's sources need a server started with a head). Refused with a message (never ignored
 silently): ``n > 1``, ``logprobs``, ``tools``, ``response_format``, ``best_of > 1``, ``echo``, penalties != 0.
 """
 
@@ -13,7 +14,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..drafting import Proposer
 from ..verify import SamplingParams
+
+SOURCES = tuple(m.value for m in Proposer)  # a request's draft sources
 
 MAX_STOP = 4
 MAX_STOP_LEN = 256
@@ -43,6 +47,7 @@ class GenerationRequest:
     stream: bool
     include_usage: bool
     speculative: int | None  # None: the server's bound; 1: off; N: at most N nodes per step
+    proposer: str | None = None  # this request's draft source; None: the server's
 
 
 def _int(body: dict, key: str, lo: int, hi: int | None = None) -> int | None:
@@ -140,18 +145,23 @@ def parse(body, chat: bool, max_nodes: int) -> GenerationRequest:
     if not isinstance(so, dict):
         raise BadRequest("'stream_options' must be an object", "stream_options")
     spec = body.get("speculative", None)
+    source = None
     if spec is None or spec is True:
         bound = None
     elif spec is False:
         bound = 1
-    elif isinstance(spec, dict) and set(spec) <= {"max_nodes"}:
+    elif isinstance(spec, dict) and set(spec) <= {"max_nodes", "proposer"}:
         bound = _int(spec, "max_nodes", 1)
         bound = None if bound is None else min(bound, max_nodes)
+        source = spec.get("proposer")
+        if source is not None and source not in SOURCES:
+            raise BadRequest(f"'speculative.proposer'={source!r}: must be one of {list(SOURCES)}", "speculative")
     else:
-        raise BadRequest("'speculative' must be true, false or {\"max_nodes\": N}", "speculative")
+        raise BadRequest("'speculative' must be true, false or an object with \"max_nodes\": N and/or "
+                         "\"proposer\": \"eagle\" | \"suffix\" | \"hybrid\"", "speculative")
     return GenerationRequest(chat, messages, prompt, max_tokens, stops,
                              SamplingParams(temperature, top_p, top_k, seed), stream,
-                             bool(so.get("include_usage", False)), bound)
+                             bool(so.get("include_usage", False)), bound, source)
 
 
 __all__ = ["BadRequest", "GenerationRequest", "parse"]

@@ -182,7 +182,7 @@ def create_app(engine: BatchEngine, tokenizer, eos, config: ServerConfig):
                              f"(prompt + completion): shorten the prompt", "messages" if chat else "prompt")
         try:
             stream = runner.submit(loop, prompt=ids, max_new_tokens=max_tokens, eos=tuple(eos),
-                                   sampling=req.sampling, max_nodes=req.speculative)
+                                   sampling=req.sampling, max_nodes=req.speculative, proposer=req.proposer)
         except QueueFullError as exc:
             raise BadRequest(str(exc), None, 429, "rate_limit_error") from None
         except (ConfigError, CacheCapacityError) as exc:

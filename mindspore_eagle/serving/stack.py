@@ -32,8 +32,8 @@ class BatchStack:
 
 
 def proposer_factory(buckets: Buckets, drafting: DraftingConfig, heads=None, explore_every: int | None = None):
-    """Per request slot, the ``HybridProposer`` ``drafting`` describes (adaptive: ``build_batch`` refuses a fixed
-    budget), whose candidates the engine ranks globally; with ``heads`` (``SlotHeads``) its head drafts in the slot's
+    """Per request slot, the ``HybridProposer`` ``drafting`` describes, or with another draft source (``source``, a
+    request's choice) (adaptive: ``build_batch`` refuses a fixed budget), whose candidates the engine ranks globally; with ``heads`` (``SlotHeads``) its head drafts in the slot's
     region. ``learn_costs`` is off: the engine measures the cost of the batched forward itself. What describes the
     teacher and the head rather than one conversation is shared by every request's proposer, as the single-request
     engine's one proposer keeps it across requests: the ``AcceptanceRatio`` (what the teacher accepts) and the
@@ -47,13 +47,27 @@ def proposer_factory(buckets: Buckets, drafting: DraftingConfig, heads=None, exp
     ratio, profile = AcceptanceRatio(), EagleProfile()
     extra = {} if explore_every is None else {"explore_every": explore_every}
 
-    def make(slot: int):
-        eagle = heads.slot(slot) if heads is not None else None
-        prop = HybridProposer(drafting, eagle, buckets=buckets, costs=costs, learn_costs=False, **extra)
+    def make(slot: int, source: str | None = None):
+        config = drafting if source is None else request_drafting(drafting, source)
+        eagle = heads.slot(slot) if heads is not None and config.uses_head else None
+        prop = HybridProposer(config, eagle, buckets=buckets, costs=costs, learn_costs=False, **extra)
         prop.ratio, prop.profile = ratio, profile
         return prop
 
     return make
+
+
+def request_drafting(drafting: DraftingConfig, source: str) -> DraftingConfig:
+    """``drafting`` with a request's own draft source: its head directory dropped for "suffix", its online suffix
+    calibration dropped for "eagle" (neither applies); everything else, the bound first, the engine's."""
+    from ..drafting import CalibrationMode
+
+    fields = {"proposer": source}
+    if source == "suffix":
+        fields["head"] = None
+    if source == "eagle":
+        fields["suffix_calibration"] = CalibrationMode.SHIPPED
+    return dataclasses.replace(drafting, **fields)
 
 
 def single_proposer(stack: BatchStack):
