@@ -8,6 +8,8 @@ The reference is the batch-1 ``SpeculativeEngine`` on its own teacher (cache 512
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mindspore_eagle.runtime import Buckets, RuntimeConfig
 from mindspore_eagle.draft.budget import VerifyCosts
@@ -86,6 +88,30 @@ def test_heads_grow_only_while_their_drafts_pay_for_the_batched_growth():
     assert plan_growth(suffix, weak, [0, 1], 2, costs, lambda g: 10.0 * g) == [0]
     full = [np.full(6, 0.99), np.zeros(0)]
     assert plan_growth(full, head, [1], 2, costs, lambda g: 5.0) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.floats(0, 1), max_size=5), st.lists(st.floats(0, 1), max_size=5), st.booleans()),
+                min_size=1, max_size=6),
+       st.floats(0, 200))
+def test_growth_goes_to_wanting_requests_by_expected_gain_and_never_lowers_the_plans_rate(reqs, per_growth):
+    """Whatever the estimates: only wanting requests grow, the ones expected to add most first, and the chosen plan's
+    rate (growth cost included) is at least the rate of growing none."""
+    from mindspore_eagle.serving.batch import _best_plan
+
+    costs = VerifyCosts(((1, 10.0), (2, 11.0), (4, 13.0), (8, 20.0), (16, 30.0), (32, 50.0)))
+    suffix = [np.sort(np.array(s, np.float64))[::-1] for s, _, _ in reqs]
+    head = [np.sort(np.array(h, np.float64))[::-1] for _, h, _ in reqs]
+    wanting = [i for i, (_, _, w) in enumerate(reqs) if w]
+    grow_ms = lambda g: per_growth * g
+    chosen = plan_growth(suffix, head, wanting, len(reqs), costs, grow_ms)
+    assert set(chosen) <= set(wanting) and chosen == sorted(chosen)
+    gains = {i: float(head[i].sum()) for i in wanting}
+    if chosen:
+        assert min(gains[i] for i in chosen) >= max([gains[i] for i in wanting if i not in chosen], default=-1)
+        lists = [np.sort(np.concatenate([s, head[i]]))[::-1] if i in chosen else s for i, s in enumerate(suffix)]
+        with_growth = _best_plan(lists, len(reqs), costs, grow_ms(len(chosen)))[1][0]
+        assert with_growth > _best_plan(suffix, len(reqs), costs, 0.0)[1][0]
 
 
 def test_cost_prior_interpolates_buckets_it_has_not_measured():
