@@ -6,6 +6,8 @@ ranks candidates across requests.
 The reference is the batch-1 ``SpeculativeEngine`` on its own teacher (cache 512), itself tied to HuggingFace
 ``transformers`` by ``test_default_teacher.py``."""
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -167,6 +169,9 @@ def test_bench_batch_compares_every_run_with_c1_greedy_and_the_single_request_en
     assert len(lines) == 2 + 4  # the single-request engine without and with drafting, then 2 runs per concurrency
     assert summary["all_lossless"] and [r["lossless"] for r in summary["runs"]] == [3] * 4
     assert set(summary["c1_over_single_engine"]) == {"greedy", "spec"}
+    runs = [json.loads(line) for line in lines[2:]]
+    assert all(0 <= r["head_growths"] <= r["request_steps"] for r in runs)
+    assert all(r["head_growths"] == 0 for r in runs if not r["speculative"])  # plain decoding never grows a head
     assert_no_slot_leaked(stack.engine)
 
 

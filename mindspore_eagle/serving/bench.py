@@ -3,7 +3,8 @@
 For each concurrency ``c`` the same prompts run with at most ``c`` requests in flight (a finished request is
 replaced at once, as clients of a server would), first without speculation, then with it; the first run (c = 1,
 no speculation) is the reference every other run's tokens are compared with (greedy: identical token for token,
-``lossless``). One JSON line per run; the last line is the summary: throughput per run, speculation's ratio per
+``lossless``). One JSON line per run (with ``head_growths``: request-steps whose drafts included the head's, of ``request_steps``);
+the last line is the summary: throughput per run, speculation's ratio per
 concurrency and each concurrency's throughput over c = 1 greedy.
 """
 
@@ -25,6 +26,7 @@ def run_load(engine: BatchEngine, prompts: Sequence[Sequence[int]], concurrency:
     active: dict[str, tuple[int, object]] = {}
     tokens: list[tuple[int, ...] | None] = [None] * len(prompts)
     latency, ttft, taus = [], [], []
+    request_steps = head_growths = 0
     t0 = time.perf_counter()
     steps0 = engine.steps
     while pending or active:
@@ -40,6 +42,8 @@ def run_load(engine: BatchEngine, prompts: Sequence[Sequence[int]], concurrency:
                 ttft.append((req.first_token_s or req.finished_s) - req.submitted_s)
                 if req.stats.steps:
                     taus.append(req.stats.tau)
+                request_steps += req.stats.steps
+                head_growths += req.stats.head_growths
     seconds = time.perf_counter() - t0
     total = sum(len(t) for t in tokens)
     return {"concurrency": concurrency, "speculative": speculative, "requests": len(prompts), "tokens": total,
@@ -47,7 +51,8 @@ def run_load(engine: BatchEngine, prompts: Sequence[Sequence[int]], concurrency:
             "latency_p50_s": round(float(np.percentile(latency, 50)), 3),
             "latency_p99_s": round(float(np.percentile(latency, 99)), 3),
             "ttft_p50_s": round(float(np.percentile(ttft, 50)), 3),
-            "tau_mean": round(float(np.mean(taus)), 3) if taus else None, "_tokens": tokens}
+            "tau_mean": round(float(np.mean(taus)), 3) if taus else None,
+            "head_growths": head_growths, "request_steps": request_steps, "_tokens": tokens}
 
 
 def run_single(engine: BatchEngine, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: Sequence[int],
