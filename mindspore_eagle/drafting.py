@@ -187,7 +187,7 @@ def add_drafting_flags(p, fields: tuple[str, ...] = FLAG_FIELDS) -> None:
                             "default teacher); bench and eval also accept 'oracle' (the teacher's own future tokens: "
                             "a ceiling) and 'wrong' (never accepted: a floor)")
     if "proposer" in fields:
-        p.add_argument("--proposer", choices=[m.value for m in Proposer], default=d.proposer.value,
+        p.add_argument("--proposer", choices=PROPOSERS, default=d.proposer.value,
                        help="draft source: the EAGLE-3 head, model-free suffix matches over the conversation, or both "
                             f"in one tree (default {d.proposer.value})")
     if "budget" in fields:
@@ -219,6 +219,9 @@ def drafting_from_args(args) -> DraftingConfig:
                           head=getattr(args, "draft", None))
 
 
+PROPOSERS = tuple(m.value for m in Proposer)
+"""The draft sources by name ("eagle", "suffix", "hybrid"): the CLI's choices and a server request's ``proposer``."""
+
 SERVING_DRAFTING = DraftingConfig()
 """The batch engine's drafting unless told otherwise (``serve``, ``bench-batch``): the product's, hybrid (the shipped
 head, one draft context per slot, and the suffix index), every request's candidates ranked across the batch by the
@@ -228,5 +231,5 @@ from 4 requests on); kept for one drafting across ``generate`` and ``serve``, an
 
 
 __all__ = ["BudgetMode", "CalibrationMode", "DEFAULT_MAX_NODES", "DraftingConfig", "ORACLES", "Proposer",
-           "SERVING_DRAFTING",
+           "PROPOSERS", "SERVING_DRAFTING",
            "add_drafting_flags", "drafting_from_args"]

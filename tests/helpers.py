@@ -350,6 +350,21 @@ def causal_visibility(n: int) -> np.ndarray:
 TINY_PAIR = dict(vocab=101, hidden=64, inter=96, layers=2, heads=4, kv=2)  # head_dim 16: also fits the fused op
 
 
+def mapped_head(root, max_len: int):
+    """A public-format head of ``PUBLIC_CONFIGS["mapped"]`` (seed 2) written under ``root``, converted and loaded with
+    a cache of ``max_len`` rows; with its numpy reference and a random embedding table (seed 11):
+    ``(config, NumpyHead, Eagle3DraftHead, embed)``."""
+    from ckpt_convert import convert_eagle3
+    from mindspore_eagle.models.eagle3 import Eagle3DraftHead
+
+    c = PUBLIC_CONFIGS["mapped"]
+    tensors = write_public_head(os.path.join(str(root), "public"), c, seed=2)
+    convert_eagle3(os.path.join(str(root), "public"), os.path.join(str(root), "ours"))
+    head = Eagle3DraftHead.load(os.path.join(str(root), "ours"), max_len=max_len)
+    embed = np.random.default_rng(11).standard_normal((c["vocab_size"], c["hidden_size"])).astype(np.float32)
+    return c, NumpyHead(tensors, c), head, embed
+
+
 def numpy_growth(ref: NumpyHead, embed: np.ndarray, tokens: np.ndarray, feats: np.ndarray, k: int, depth: int):
     """EAGLE growth recomputed branch by branch: every node's output from a fresh causal run over the
     context entries plus its own ancestors (hidden input = the previous entry's output)."""

@@ -11,12 +11,11 @@ from mindspore import Tensor
 
 from mindspore_eagle.draft_config import TreeBudget
 from mindspore_eagle.errors import CacheCapacityError, ConfigError
-from mindspore_eagle.models.eagle3 import Eagle3DraftHead
 from mindspore_eagle.runtime import Buckets
 from mindspore_eagle.serving.slot_heads import SlotHeads, growth_batches
 from mindspore_eagle.teacher import setup_mindspore
 
-from tests.helpers import PUBLIC_CONFIGS, NumpyHead, numpy_growth, write_public_head
+from tests.helpers import mapped_head, numpy_growth
 
 setup_mindspore()
 
@@ -27,16 +26,9 @@ LENGTHS = (14, 9, 20)  # each slot's context
 
 @pytest.fixture(scope="module")
 def heads(tmp_path_factory):
-    from ckpt_convert import convert_eagle3
-
-    c = PUBLIC_CONFIGS["mapped"]
-    root = tmp_path_factory.mktemp("slot_head")
-    tensors = write_public_head(str(root / "public"), c, seed=2)
-    convert_eagle3(str(root / "public"), str(root / "ours"))
-    buckets = Buckets((1, 8))
-    head = Eagle3DraftHead.load(str(root / "ours"), max_len=SlotHeads.cache_rows(SLOTS, SLOT_LEN, BUDGET, 8))
-    embed = np.random.default_rng(11).standard_normal((c["vocab_size"], c["hidden_size"])).astype(np.float32)
-    return c, NumpyHead(tensors, c), SlotHeads(head, Tensor(embed), BUDGET, SLOTS, SLOT_LEN, buckets), embed
+    rows = SlotHeads.cache_rows(SLOTS, SLOT_LEN, BUDGET, 8)
+    c, ref, head, embed = mapped_head(tmp_path_factory.mktemp("slot_head"), rows)
+    return c, ref, SlotHeads(head, Tensor(embed), BUDGET, SLOTS, SLOT_LEN, Buckets((1, 8))), embed
 
 
 def fill(c, heads, lengths=LENGTHS):

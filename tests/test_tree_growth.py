@@ -15,12 +15,11 @@ from mindspore import Parameter, Tensor, nn, ops
 from mindspore_eagle.draft import Eagle3Proposer, TreeGrowCell, draft_cache_len, select_tree
 from mindspore_eagle.draft_config import TreeBudget
 from mindspore_eagle.errors import CacheCapacityError, ConfigError, TreeInvariantError
-from mindspore_eagle.models.eagle3 import Eagle3DraftHead
 from mindspore_eagle.teacher import setup_mindspore
 from mindspore_eagle.tree import check_tree
 from mindspore_eagle.verify import Acceptance
 
-from tests.helpers import PUBLIC_CONFIGS, NumpyHead, numpy_growth, write_public_head
+from tests.helpers import mapped_head, numpy_growth
 
 setup_mindspore()
 
@@ -187,15 +186,7 @@ BUDGET = TreeBudget(max_nodes=12, depth=3, top_k=3)
 
 @pytest.fixture(scope="module")
 def real_head(tmp_path_factory):
-    from ckpt_convert import convert_eagle3
-
-    c = PUBLIC_CONFIGS["mapped"]
-    root = tmp_path_factory.mktemp("grow_head")
-    tensors = write_public_head(str(root / "public"), c, seed=2)
-    convert_eagle3(str(root / "public"), str(root / "ours"))
-    head = Eagle3DraftHead.load(str(root / "ours"), max_len=HEAD_LEN)
-    embed = np.random.default_rng(11).standard_normal((c["vocab_size"], c["hidden_size"])).astype(np.float32)
-    return c, NumpyHead(tensors, c), head, embed
+    return mapped_head(tmp_path_factory.mktemp("grow_head"), HEAD_LEN)
 
 
 def context(c, n, seed):

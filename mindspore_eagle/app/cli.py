@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-from ..drafting import SERVING_DRAFTING, DraftingConfig, Proposer, add_drafting_flags, drafting_from_args
+from ..drafting import PROPOSERS, SERVING_DRAFTING, DraftingConfig, add_drafting_flags, drafting_from_args
 from ..errors import ConfigError, EagleError
 
 
@@ -401,7 +401,7 @@ def _add_batch_flags(p: argparse.ArgumentParser, max_seqs: bool = True) -> None:
         p.add_argument("--max-seqs", type=int, default=8, help="requests decoded together (cache slots; default 8)")
     p.add_argument("--max-cache-len", type=int, default=1024,
                    help="tokens per request, prompt + completion (each slot's cache rows; default 1024)")
-    p.add_argument("--drafting", choices=[m.value for m in Proposer] + ["none"],
+    p.add_argument("--drafting", choices=PROPOSERS + ("none",),
                    default=SERVING_DRAFTING.proposer.value,
                    help="draft source per request, every request's candidates ranked across the batch by the global "
                         "budget (lossless): the EAGLE-3 head (one draft context per slot, the heads that grow in a "

@@ -44,6 +44,30 @@ from ..tree.layout import TreeLayout
 from .grow import GrownTree, TreeGrowCell, select_tree
 
 
+def check_entries(cfg, next_tokens: Sequence[int], features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Draft-context entries ``(next_tokens[i], features[i])`` for a head of config ``cfg``, as int64 tokens and
+    float32 features ``[t, 3 * target_hidden_size]``; ConfigError naming the problem before any row is written.
+    Shared by every writer of a draft context (``Eagle3Proposer.extend``, ``serving.slot_heads.SlotDraft.extend``)."""
+    tokens = np.asarray(next_tokens, np.int64).reshape(-1)
+    feats = np.asarray(features, np.float32)
+    t = tokens.shape[0]
+    if t == 0:
+        raise ConfigError("extend: at least one token is required")
+    if feats.shape != (t, 3 * cfg.target_hidden_size):
+        raise ConfigError(f"extend: features shape {feats.shape}, expected ({t}, {3 * cfg.target_hidden_size}) "
+                          "(one row of teacher aux hidden states per token)")
+    if tokens.min() < 0 or tokens.max() >= cfg.vocab_size:
+        raise ConfigError(f"extend: token ids must be in [0, {cfg.vocab_size})")
+    return tokens, feats
+
+
+def embed_table_for(head: Eagle3DraftHead, teacher):
+    """The embedding table ``head`` reads when drafting for ``teacher``: its own when its width differs, else the
+    teacher's Parameter (shared, not copied); ConfigError first when the two do not fit (vocabulary, features)."""
+    head.cfg.check_teacher(teacher.cfg)
+    return head.embed_tokens.weight if head.own_embedding else teacher.cell.model.embed_tokens.weight
+
+
 def draft_cache_len(context_len: int, budget: TreeBudget) -> int:
     """Rows the head's cache needs for a context of up to ``context_len`` tokens (the teacher's
     ``max_cache_len``): the committed entries plus one growth's tree rows above them."""
@@ -109,14 +133,13 @@ class Eagle3Proposer:
     def for_teacher(cls, head: Eagle3DraftHead, teacher, budget: TreeBudget) -> "Eagle3Proposer":
         """A proposer drafting for ``teacher`` (a ``Teacher``): checks compatibility (vocabulary, features, and
         that the budget's trees fit the teacher runtime's buckets), shares its embeddings."""
-        head.cfg.check_teacher(teacher.cfg)
+        table = embed_table_for(head, teacher)
         teacher.runtime.check_tree_size(budget.max_nodes)
         need = draft_cache_len(teacher.max_len, budget)
         if head.max_len < need:
             raise ConfigError(f"draft head cache max_len={head.max_len} cannot hold the teacher's context "
                               f"({teacher.max_len}) plus one growth ({budget.tree_rows} rows): build the head with "
                               f"max_len >= {need} (draft_cache_len)")
-        table = head.embed_tokens.weight if head.own_embedding else teacher.cell.model.embed_tokens.weight
         return cls(head, table, budget, teacher.runtime.exec_mode, teacher.runtime.buckets)
 
     # ---- state ---------------------------------------------------------------------------------------
@@ -157,19 +180,9 @@ class Eagle3Proposer:
     def extend(self, next_tokens: Sequence[int], features: np.ndarray) -> None:
         """Append entries ``(next_tokens[i], features[i])``: each feature row is the teacher's at some position
         p and ``next_tokens[i]`` the token at p + 1. Runs the head in chunks of a context bucket."""
-        cfg = self.head.cfg
-        tokens = np.asarray(next_tokens, np.int64).reshape(-1)
-        feats = np.asarray(features, np.float32)
-        t = tokens.shape[0]
-        if t == 0:
-            raise ConfigError("extend: at least one token is required")
-        if feats.shape != (t, 3 * cfg.target_hidden_size):
-            raise ConfigError(f"extend: features shape {feats.shape}, expected ({t}, {3 * cfg.target_hidden_size}) "
-                              "(one row of teacher aux hidden states per token)")
-        if tokens.min() < 0 or tokens.max() >= cfg.vocab_size:
-            raise ConfigError(f"extend: token ids must be in [0, {cfg.vocab_size})")
+        tokens, feats = check_entries(self.head.cfg, next_tokens, features)
         off = 0
-        for size, bucket in self.buckets.chunks(t, self.buckets.largest, self.cache.max_len - self.committed_len):
+        for size, bucket in self.buckets.chunks(tokens.shape[0], self.buckets.largest, self.cache.max_len - self.committed_len):
             L = self.cache.begin_round(bucket)
             inputs = ForwardInputs.for_tree(TreeLayout.chain(tokens[off:off + size]), L, bucket, self.cache.max_len)
             x = np.zeros((1, bucket, feats.shape[1]), np.float32)  # padding rows get zero features
@@ -230,6 +243,18 @@ def default_head_dir() -> str:
     return os.path.join(here, "assets", "heads", "smollm2-135m-eagle3")
 
 
+def resolve_head_dir(draft_dir: str | None) -> str:
+    """The head directory to load: ``draft_dir``, or the shipped head's; AssetError naming what to do when it does
+    not exist. Builders call it before any weight is read."""
+    path = draft_dir or default_head_dir()
+    if not os.path.isdir(path):
+        if draft_dir is None:
+            raise AssetError(f"no default draft head at {path}: train it with scripts/train_default_head.sh or pass "
+                             "--draft HEAD_DIR")
+        raise AssetError(f"draft head directory {path} does not exist")
+    return path
+
+
 def load_head(path: str, max_len: int, compute: ComputeChoice | None = None) -> Eagle3DraftHead:
     """A head directory in our converted format (``weights.safetensors``) or the public one (converted in memory);
     ``compute``: the teacher's ``ComputeChoice`` (``Teacher.compute``; default primitives and MindSpore's MatMul)."""
@@ -246,13 +271,10 @@ def load_proposer(draft_dir: str | None, teacher, budget: TreeBudget) -> Eagle3P
     """The EAGLE-3 proposer for ``teacher``: head from ``draft_dir`` (default: ``default_head_dir()``), its
     cache sized by ``draft_cache_len``, embeddings shared with the teacher, attention and matmul the teacher's."""
     teacher.runtime.check_tree_size(budget.max_nodes)  # before any weight is read
-    path = draft_dir or default_head_dir()
-    if draft_dir is None and not os.path.isdir(path):
-        raise AssetError(f"no default draft head at {path}: train it with scripts/train_default_head.sh or pass "
-                         "--draft HEAD_DIR")
+    path = resolve_head_dir(draft_dir)
     head = load_head(path, draft_cache_len(teacher.max_len, budget), teacher.compute)
     return Eagle3Proposer.for_teacher(head, teacher, budget)
 
 
-__all__ = ["ContextForwardCell", "Eagle3Proposer", "default_head_dir", "draft_cache_len", "load_head",
-           "load_proposer"]
+__all__ = ["ContextForwardCell", "Eagle3Proposer", "check_entries", "default_head_dir", "draft_cache_len",
+           "embed_table_for", "load_head", "load_proposer", "resolve_head_dir"]

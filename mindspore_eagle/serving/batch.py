@@ -45,7 +45,7 @@ import numpy as np
 
 from ..cache.commit import PathCommit, pad_moves, path_moves
 from ..draft.budget import DEFAULT_GROW_MS, CostTracker, VerifyCosts
-from ..drafting import Proposer
+from ..drafting import PROPOSERS
 from ..engine import validate_request
 from ..errors import CacheCapacityError, ConfigError
 from ..teacher import LOGITS, Teacher
@@ -54,7 +54,6 @@ from ..tree.mask import MASK_VALUE, tree_visibility
 from ..verify import PositionNoise, SamplingParams, accept_greedy, accept_sampling, sample_token
 
 FINISH_REASONS = ("eos", "max_new_tokens", "cache_full", "cancelled")
-SOURCES = tuple(m.value for m in Proposer)  # a request's draft sources ("eagle", "suffix", "hybrid")
 
 
 @dataclass
@@ -188,14 +187,15 @@ class BatchEngine:
 
     ``teacher``: batch 1, fused attention (the custom kernels), ``max_cache_len >= max_seqs * slot_len + largest
     bucket`` (``BatchEngine.cache_rows`` says how many). ``proposer_factory(slot, source)``: a new proposer for the
-    request admitted to ``slot``, drafting from ``source`` (None: the engine's drafting; or a ``Proposer`` value) (``HybridProposer`` in an adaptive mode for the global budget; anything with
-    ``propose`` otherwise), or None for teacher-only decoding. ``heads``: the ``SlotHeads`` the proposers' heads
+    request admitted to ``slot``, drafting from ``source`` (None: the engine's drafting; else one of ``PROPOSERS``):
+    a ``HybridProposer`` in an adaptive mode for the global budget, anything with ``propose`` otherwise; or None for
+    teacher-only decoding. ``heads``: the ``SlotHeads`` the proposers' heads
     draft in, so that the heads growing in one step grow in one graph (None: no head, or each grows alone).
     ``prefill_rows``: prompt rows a step may write (default the runtime's ``prefill_chunk``).
     """
 
     def __init__(self, teacher: Teacher, max_seqs: int, slot_len: int,
-                 proposer_factory: Callable[[int], object] | None = None, prefill_rows: int | None = None,
+                 proposer_factory: Callable[[int, str | None], object] | None = None, prefill_rows: int | None = None,
                  costs: VerifyCosts | None = None, max_queued: int = 256, max_nodes: int | None = None,
                  heads=None):
         rt = teacher.runtime
@@ -289,8 +289,8 @@ class BatchEngine:
         if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 1:
             raise ConfigError(f"max_nodes={max_nodes!r}: must be an integer >= 1")
         if proposer is not None:
-            if proposer not in SOURCES:
-                raise ConfigError(f"proposer={proposer!r}: must be one of {SOURCES}")
+            if proposer not in PROPOSERS:
+                raise ConfigError(f"proposer={proposer!r}: must be one of {PROPOSERS}")
             if self.proposer_factory is None:
                 raise ConfigError(f"proposer={proposer!r}: this engine runs without speculation")
             if proposer != "suffix" and self.heads is None:
@@ -380,10 +380,11 @@ class BatchEngine:
         adaptive = [cap > 1 and req.proposer is not None and hasattr(req.proposer, "wants_growth")
                     and getattr(req.proposer, "budget", "") == "adaptive" for req, cap in zip(decoding, caps)]
         wanting = [i for i, (req, a) in enumerate(zip(decoding, adaptive)) if a and req.proposer.wants_growth(req.root)]
-        growing = [decoding[i] for i in self._plan_growth(decoding, adaptive, caps, wanting, fixed)]
+        kept = set(self._plan_growth(decoding, adaptive, caps, wanting, fixed))
         for i in wanting:
-            if decoding[i] not in growing:
+            if i not in kept:
                 decoding[i].proposer.skip_growth()
+        growing = [decoding[i] for i in sorted(kept)]
         t0 = time.perf_counter()
         grown = dict(zip((r.id for r in growing), self._grow(growing)))
         grow_ms = (time.perf_counter() - t0) * 1000

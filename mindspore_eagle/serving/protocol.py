@@ -14,10 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..drafting import Proposer
+from ..drafting import PROPOSERS
 from ..verify import SamplingParams
-
-SOURCES = tuple(m.value for m in Proposer)  # a request's draft sources
 
 MAX_STOP = 4
 MAX_STOP_LEN = 256
@@ -154,8 +152,8 @@ def parse(body, chat: bool, max_nodes: int) -> GenerationRequest:
         bound = _int(spec, "max_nodes", 1)
         bound = None if bound is None else min(bound, max_nodes)
         source = spec.get("proposer")
-        if source is not None and source not in SOURCES:
-            raise BadRequest(f"'speculative.proposer'={source!r}: must be one of {list(SOURCES)}", "speculative")
+        if source is not None and source not in PROPOSERS:
+            raise BadRequest(f"'speculative.proposer'={source!r}: must be one of {list(PROPOSERS)}", "speculative")
     else:
         raise BadRequest("'speculative' must be true, false or an object with \"max_nodes\": N and/or "
                          "\"proposer\": \"eagle\" | \"suffix\" | \"hybrid\"", "speculative")

@@ -28,7 +28,7 @@ from mindspore import Parameter, Tensor
 
 from ..cache.kv_cache import CacheState
 from ..draft.grow import TreeGrowCell
-from ..draft.proposer import ContextForwardCell
+from ..draft.proposer import ContextForwardCell, check_entries
 from ..draft_config import TreeBudget
 from ..errors import ConfigError
 from ..runtime import Buckets, ExecMode
@@ -183,19 +183,9 @@ class SlotDraft:
     def extend(self, next_tokens: Sequence[int], features: np.ndarray) -> None:
         """Append entries ``(next_tokens[i], features[i])`` (``Eagle3Proposer.extend``), in chunks of a bucket."""
         heads = self.heads
-        cfg = heads.head.cfg
-        tokens = np.asarray(next_tokens, np.int64).reshape(-1)
-        feats = np.asarray(features, np.float32)
-        t = tokens.shape[0]
-        if t == 0:
-            raise ConfigError("extend: at least one token is required")
-        if feats.shape != (t, 3 * cfg.target_hidden_size):
-            raise ConfigError(f"extend: features shape {feats.shape}, expected ({t}, {3 * cfg.target_hidden_size}) "
-                              "(one row of teacher aux hidden states per token)")
-        if tokens.min() < 0 or tokens.max() >= cfg.vocab_size:
-            raise ConfigError(f"extend: token ids must be in [0, {cfg.vocab_size})")
+        tokens, feats = check_entries(heads.head.cfg, next_tokens, features)
         off = 0
-        for size, bucket in heads.buckets.chunks(t, heads.buckets.largest, heads.slot_len - self.committed_len):
+        for size, bucket in heads.buckets.chunks(tokens.shape[0], heads.buckets.largest, heads.slot_len - self.committed_len):
             L = self.state.reserve(bucket)  # CacheCapacityError before anything is written
             try:
                 hidden = heads.context_forward(self.base, tokens[off:off + size], feats[off:off + size], L, bucket)

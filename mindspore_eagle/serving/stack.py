@@ -32,8 +32,9 @@ class BatchStack:
 
 
 def proposer_factory(buckets: Buckets, drafting: DraftingConfig, heads=None, explore_every: int | None = None):
-    """Per request slot, the ``HybridProposer`` ``drafting`` describes, or with another draft source (``source``, a
-    request's choice) (adaptive: ``build_batch`` refuses a fixed budget), whose candidates the engine ranks globally; with ``heads`` (``SlotHeads``) its head drafts in the slot's
+    """``make(slot, source)``: the ``HybridProposer`` for the request admitted to ``slot``, as ``drafting`` describes
+    it or with the request's own draft source (``source``, ``request_drafting``); the engine ranks its candidates
+    globally (``build_batch`` refuses a fixed budget). With ``heads`` (``SlotHeads``) its head drafts in the slot's
     region. ``learn_costs`` is off: the engine measures the cost of the batched forward itself. What describes the
     teacher and the head rather than one conversation is shared by every request's proposer, as the single-request
     engine's one proposer keeps it across requests: the ``AcceptanceRatio`` (what the teacher accepts) and the
@@ -87,15 +88,13 @@ def single_proposer(stack: BatchStack):
 def load_slot_heads(drafting: DraftingConfig, teacher, max_seqs: int, slot_len: int):
     """The ``SlotHeads`` for ``drafting``'s head (the shipped one, or ``drafting.head``): its cache sized for every
     slot, embeddings shared with the teacher, attention and matmul the teacher's."""
-    from ..draft import default_head_dir, load_head
+    from ..draft.proposer import embed_table_for, load_head, resolve_head_dir
     from .slot_heads import SlotHeads
 
     budget = drafting.tree_budget()
-    path = drafting.head or default_head_dir()
     rows = SlotHeads.cache_rows(max_seqs, slot_len, budget, teacher.runtime.buckets.largest)
-    head = load_head(path, rows, teacher.compute)
-    head.cfg.check_teacher(teacher.cfg)
-    table = head.embed_tokens.weight if head.own_embedding else teacher.cell.model.embed_tokens.weight
+    head = load_head(resolve_head_dir(drafting.head), rows, teacher.compute)
+    table = embed_table_for(head, teacher)
     return SlotHeads(head, table, budget, max_seqs, slot_len, teacher.runtime.buckets, teacher.runtime.exec_mode)
 
 
@@ -125,13 +124,9 @@ def build_batch(model: str | None, max_seqs: int, slot_len: int, runtime: Runtim
     if isinstance(slot_len, bool) or not isinstance(slot_len, int) or slot_len <= largest:
         raise ConfigError(f"--max-cache-len {slot_len!r}: must be an integer above the largest bucket {largest}")
     if drafting is not None and drafting.uses_head:
-        from ..draft import default_head_dir
-        from ..errors import AssetError
+        from ..draft.proposer import resolve_head_dir
 
-        head_dir = drafting.head or default_head_dir()
-        if not os.path.isdir(head_dir):  # before any weight is read
-            raise AssetError(f"draft head directory {head_dir} does not exist: pass --draft HEAD_DIR, or --proposer "
-                             "suffix to draft without a head")
+        resolve_head_dir(drafting.head)  # AssetError before any weight is read
     model_dir = os.path.abspath(model or require_default_model())
     cfg = TeacherConfig.load(model_dir)
     if slot_len > cfg.max_position_embeddings:
