@@ -61,9 +61,15 @@ class Buckets:
     Rules, in one place: sizes are distinct positive integers, sorted, and include 1 (a decode step).
     ``fit(n)`` is the smallest size holding ``n`` rows. Example: sizes (1, 8, 16): fit(1) = 1, fit(5) = 8,
     fit(16) = 16, fit(17) raises ConfigError.
+
+    Why the default has 2 and 4: a graph compiles only when a forward first needs it, and with the GGUF's native
+    blocks a verified row is dear while the decode step is cheap (AVX-512 Xeon, native Q4_1, context 256: 2 / 4 / 8
+    rows cost 1.13 / 1.45 / 2.22 decode steps), so the adaptive budget needs small trees to draft at all on text
+    its drafts rarely predict. Adding them took 12 outside prompts from 0.98x to 1.01-1.03x of greedy (aggregate
+    tok/s, 2 interleaved rounds) and left the evaluation prompts where they were (1.21-1.23x).
     """
 
-    sizes: tuple[int, ...] = (1, 8, 16, 32, 64)
+    sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 
     def __post_init__(self) -> None:
         raw = tuple(self.sizes) if isinstance(self.sizes, (tuple, list)) else (self.sizes,)

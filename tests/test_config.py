@@ -84,7 +84,7 @@ def test_invalid_runtime_config_names_the_field(kwargs, needle):
 
 def test_the_runtime_buckets_pick_the_smallest_fitting_size():
     rt = RuntimeConfig()
-    assert [rt.buckets.fit(n) for n in (1, 2, 8, 9, 64)] == [1, 8, 8, 16, 64]
+    assert [rt.buckets.fit(n) for n in (1, 2, 3, 5, 8, 9, 64)] == [1, 2, 4, 8, 8, 16, 64]
     with pytest.raises(ConfigError, match="largest bucket 64"):
         rt.buckets.fit(65)
 

@@ -30,7 +30,7 @@ def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exec", dest="exec_mode", choices=["performance", "reference"], default="performance",
                    help="performance: compiled graph; reference: PyNative (slow, for checking)")
     p.add_argument("--device", choices=["CPU", "Ascend"], default="CPU")
-    p.add_argument("--buckets", default=None, help="static forward sizes, e.g. 1,8,16,32,64 (the default)")
+    p.add_argument("--buckets", default=None, help="static forward sizes, e.g. 1,2,4,8,16,32,64 (the default)")
     p.add_argument("--prefill-chunk", type=int, default=None, help="prefill chunk, one of the buckets (default 64)")
     p.add_argument("--context-buckets", default=None,
                    help="cache rows a forward attends over on the primitive attention path, e.g. 128,256,512 "
@@ -246,10 +246,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _batch_runtime(args: argparse.Namespace):
     from ..runtime import Buckets, RuntimeConfig
-    from ..serving.stack import SERVING_BUCKETS
 
     return RuntimeConfig(device=args.device, dtype=args.dtype, matmul=args.matmul, weights=args.weights,
-                         buckets=Buckets.parse(args.buckets) if args.buckets else Buckets(SERVING_BUCKETS))
+                         buckets=Buckets.parse(args.buckets) if args.buckets else Buckets())
 
 
 def _build_batch(args: argparse.Namespace):

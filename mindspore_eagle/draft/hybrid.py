@@ -131,7 +131,9 @@ class HybridProposer:
                         and isinstance(calibration, SuffixCalibration) else None)
         self.calibration = self.learner if self.learner is not None else calibration
         self._suffix = None  # (CandidateTree, NodeFeatures) of the last proposal's suffix candidates
-        costs = (costs if costs is not None else VerifyCosts()).restricted(buckets)
+        # measured costs must cover every bucket; the prior (DEFAULT_BUCKET_MS) prices the ones it lacks by
+        # interpolation, and the CostTracker replaces it with what this machine measures
+        costs = costs.restricted(buckets) if costs is not None else VerifyCosts().covering(buckets)
         cap = smallest_holding([b for b, _ in costs.bucket_ms], max_nodes, costs.bucket_ms[-1][0])
         self.costs = VerifyCosts(tuple((b, ms) for b, ms in costs.bucket_ms if b <= cap), costs.grow_ms,
                                  costs.suffix_ms)

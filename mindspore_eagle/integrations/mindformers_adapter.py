@@ -46,7 +46,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("mindspore_eagle.integrations.mindformers_adapter needs MindFormers (pip install "
                       "mindspore==2.9.0 mindformers==1.9.0, or `make test-mindformers`): " + str(exc)) from exc
 
-from ..runtime import RuntimeConfig
+from ..runtime import Buckets, RuntimeConfig
 from ..drafting import DraftingConfig
 from ..errors import ConfigError
 from ..verify import SamplingParams
@@ -71,7 +71,7 @@ class EagleSpeculativeConfig(PretrainedConfig):
     model_type = MODEL_TYPE
 
     def __init__(self, teacher_dir: str = "default", draft_dir: str | None = None, speculative: bool = True,
-                 max_cache_len: int = 1024, buckets: Sequence[int] = (1, 8, 16, 32, 64), prefill_chunk: int = 64,
+                 max_cache_len: int = 1024, buckets: Sequence[int] = Buckets().sizes, prefill_chunk: int = 64,
                  exec_mode: str = "performance", device: str = "CPU", proposer: str = _DRAFTING.proposer.value,
                  budget: str = _DRAFTING.budget.value, suffix_calibration: str = _DRAFTING.suffix_calibration.value,
                  max_nodes: int = _DRAFTING.max_nodes, depth: int = _DRAFTING.depth, top_k: int = _DRAFTING.top_k,

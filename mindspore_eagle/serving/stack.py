@@ -18,7 +18,6 @@ from ..drafting import SERVING_DRAFTING, BudgetMode, DraftingConfig
 from ..errors import ConfigError
 from .batch import BatchEngine
 
-SERVING_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 """Row buckets of the batched forward. Finer than the single-request default (1, 8, ...): a step's rows are one
 root per running request plus the global budget's drafts, and a padded row costs as much as a real one."""
 
@@ -75,14 +74,12 @@ def single_proposer(stack: BatchStack):
     """The proposer the single-request engine (``generate``) would draft with for ``stack``'s drafting: one
     ``HybridProposer`` that learns its own step costs, its head drafting in slot 0's region (``bench-batch`` runs it
     while the batch engine is idle, as the c = 1 reference); None without speculation."""
-    from ..draft.budget import VerifyCosts
     from ..draft.hybrid import HybridProposer
 
     if stack.drafting is None:
         return None
     eagle = stack.engine.heads.slot(0) if stack.engine.heads is not None else None
-    buckets = stack.engine.buckets
-    return HybridProposer(stack.drafting, eagle, buckets=buckets, costs=VerifyCosts().covering(buckets.sizes))
+    return HybridProposer(stack.drafting, eagle, buckets=stack.engine.buckets)
 
 
 def load_slot_heads(drafting: DraftingConfig, teacher, max_seqs: int, slot_len: int):
@@ -116,7 +113,7 @@ def build_batch(model: str | None, max_seqs: int, slot_len: int, runtime: Runtim
     if drafting is not None and drafting.budget is not BudgetMode.ADAPTIVE:
         raise ConfigError("--budget fixed: the batch engine ranks every request's candidates under one global "
                           "budget (adaptive); bound a request's tree with --max-nodes instead")
-    runtime = runtime or RuntimeConfig(buckets=Buckets(SERVING_BUCKETS))
+    runtime = runtime or RuntimeConfig()
     largest = runtime.buckets.largest
     if isinstance(max_seqs, bool) or not isinstance(max_seqs, int) or not 1 <= max_seqs <= largest:
         raise ConfigError(f"--max-seqs {max_seqs!r}: must be an integer in [1, {largest}] (each running request "
@@ -156,5 +153,5 @@ def build_batch(model: str | None, max_seqs: int, slot_len: int, runtime: Runtim
     return BatchStack(engine, tok, eos, model_dir, drafting)
 
 
-__all__ = ["BatchStack", "SERVING_BUCKETS", "SERVING_DRAFTING", "build_batch", "load_slot_heads",
+__all__ = ["BatchStack", "SERVING_DRAFTING", "build_batch", "load_slot_heads",
            "proposer_factory", "single_proposer"]
