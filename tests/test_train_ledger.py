@@ -77,11 +77,11 @@ def sharegpt_file(tmp_path_factory):
         yield str(path)
 
 
-def generate(teacher: str, out: str, n: int) -> None:
+def generate(teacher: str, out: str, n: int, **kw) -> None:
     from mindspore_eagle.train.data import generate_dataset
 
     generate_dataset(teacher, out, n, batch_size=4, max_new_tokens=NEW, max_prompt_tokens=PROMPT, topk=TOPK,
-                     per_category=2, prompts="mix", sharegpt_fraction=0.5)
+                     per_category=2, prompts="mix", sharegpt_fraction=0.5, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -200,6 +200,42 @@ def test_a_rebuild_resumes_past_the_conversations_its_directory_holds(sessions, 
     again = rebuild_from_ledger(book, teacher_dir, out)
     assert (again.conversations, again.skipped) == (0, n)
     assert "already holds all" in capsys.readouterr().err
+
+
+def test_a_fresh_directory_skipping_the_ledger_generates_only_the_rest_and_exports_as_a_new_part(
+        sessions, teacher_dir, tmp_path, capsys):
+    """The session workflow without a rebuild: a new directory given the first session's ledger answers only the
+    conversations that ledger lacks, exactly as the one directory of both sessions answered them, and its export
+    makes the first ledger equal the two-session one."""
+    data, book, first, *_ = sessions
+    n1, n = counts(sessions)
+    cont = str(tmp_path / "continued")
+    generate(teacher_dir, cont, ALL, skip_ledger=first)
+    assert f"{n1} conversations left out: answered in ledger" in capsys.readouterr().err
+    got, original = by_pid(cont), by_pid(data)
+    assert {p.split("-t")[0] for p in got} == set(read_ledger(book).entries) - set(read_ledger(first).entries)
+    for pid, s in got.items():
+        for name in ("tokens", "features", "topk_ids", "topk_logits"):
+            assert np.array_equal(getattr(s, name), getattr(original[pid], name)), (pid, name)
+    ledger = tmp_path / "ledger"
+    shutil.copytree(first, ledger)
+    r = export_ledger(cont, str(ledger))
+    assert (r.conversations, r.known) == (n - n1, 0) and len(part_paths(str(ledger))) == 2
+    both, union = read_ledger(book).entries, read_ledger(str(ledger)).entries
+    assert sorted(union) == sorted(both)
+    assert all(len(union[c].answers) == len(both[c].answers) and
+               all(np.array_equal(a, b) for a, b in zip(union[c].answers, both[c].answers)) for c in both)
+
+
+def test_skipping_a_ledger_of_other_settings_is_refused_before_anything_is_written(sessions, teacher_dir, tmp_path):
+    _, book, *_ = sessions
+    header, entries = read_part(part_paths(book)[0])
+    other = str(tmp_path / "other-ledger")
+    write_part(other, dict(header["identity"], topk=TOPK + 1), entries)
+    out = tmp_path / "out"
+    with pytest.raises(IdentityError, match="--skip-ledger .*topk: 9 -> 8"):
+        generate(teacher_dir, str(out), ALL, skip_ledger=other)
+    assert not out.exists()
 
 
 def test_another_teachers_ledger_is_refused_before_any_work(sessions, teacher_dir, tmp_path, monkeypatch):

@@ -58,10 +58,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..storage.atomic import write_text
-from ..errors import ConfigError, DataError, EagleError
+from ..errors import ConfigError, DataError, EagleError, IdentityError
 from ..storage.fingerprint import directory_fingerprint
 from ..storage.paths import home
-from .identity import claim
+from .identity import claim, mismatch
 from .sequence import Sequence_
 
 MANIFEST = "manifest.jsonl"
@@ -430,9 +430,13 @@ def generate_dataset(model_dir: str, out_dir: str, num_conversations: int | None
                      max_new_tokens: int = 192, max_prompt_tokens: int = 160, topk: int = 32, seed: int = 0,
                      time_limit_s: float | None = None, per_category: int = 2500, second_turns: bool = True,
                      block: int = 2048, followup_tokens: int = 64, max_answer_tokens: int | None = None,
-                     prompts: str = "synthetic", sharegpt_fraction: float | None = None) -> int:
+                     prompts: str = "synthetic", sharegpt_fraction: float | None = None,
+                     skip_ledger: str | None = None) -> int:
     """Generate (or resume) the dataset of the training prompt set (``sharegpt.prompt_set(prompts,
-    sharegpt_fraction, ...)``); returns the finished conversations in ``out_dir``. First turns longer than
+    sharegpt_fraction, ...)``); returns the finished conversations in ``out_dir``. ``skip_ledger``: an answer
+    ledger (``train.ledger``) of the same identity whose conversations are left out, so that a session continues
+    the ledger in a fresh directory (then ``ledger export`` adds a part) instead of first rebuilding every
+    conversation it holds (~1.6 h per million answer tokens). First turns longer than
     ``max_prompt_tokens`` are left out. Single-turn conversations run on a cache of ``max_prompt_tokens +
     max_new_tokens + 1`` rows, two-turn ones on ``max_new_tokens +
     followup_tokens`` rows more (the step cost grows with the cache, so the short ones do not pay for the long).
@@ -447,6 +451,7 @@ def generate_dataset(model_dir: str, out_dir: str, num_conversations: int | None
     identity = data_identity(model_dir, topk, max_new_tokens, max_prompt_tokens=max_prompt_tokens,
                              per_category=per_category, seed=seed, second_turns=second_turns,
                              **source_identity(prompts, sharegpt_fraction))
+    answered = ledger_conversations(skip_ledger, identity) if skip_ledger is not None else set()
     claim_data_dir(out_dir, identity)  # before anything is written into it
     held = stored_answer_tokens(out_dir)
     if max_answer_tokens is not None and held >= max_answer_tokens:
@@ -457,20 +462,39 @@ def generate_dataset(model_dir: str, out_dir: str, num_conversations: int | None
     convs = prompt_set(prompts, sharegpt_fraction, per_category, seed, second_turns)[:num_conversations]
     write_text(os.path.join(out_dir, CONVERSATIONS_FILE), "".join(json.dumps(c) + "\n" for c in convs))
     finished = finished_conversations(out_dir)
-    items, too_long = [], 0
+    items, too_long, in_ledger = [], 0, 0
     for item in as_items(convs):
         if item.id in finished:
+            continue
+        if item.id in answered:
+            in_ledger += 1
             continue
         if len(tok.encode_chat([{"role": "user", "content": item.turns[0]}])) <= max_prompt_tokens:
             items.append(item)
         else:
             too_long += 1
+    if in_ledger:
+        print(f"{in_ledger} conversations left out: answered in ledger {skip_ledger}", file=sys.stderr)
     if too_long:
         print(f"{too_long} conversations left out: first turn longer than {max_prompt_tokens} tokens", file=sys.stderr)
     rows_one = max_prompt_tokens + max_new_tokens + 1
     run_generation(model_dir, out_dir, items, tok, batch_size, max_new_tokens, topk, time_limit_s, block,
                    (rows_one, rows_one + max_new_tokens + followup_tokens), max_answer_tokens, identity)
     return len(finished_conversations(out_dir))
+
+
+def ledger_conversations(path: str, identity: dict) -> set[str]:
+    """The conversation ids answered in ledger ``path``; IdentityError when the ledger holds another identity's
+    answers (another teacher or other settings: its conversations would be answered differently here, so leaving
+    them out would leave them unanswered). Read before the data directory is claimed: nothing is written then."""
+    from .ledger import read_ledger
+
+    ledger = read_ledger(path)
+    if mismatch(ledger.identity, identity):
+        raise IdentityError(f"--skip-ledger {path}: its answers belong to another data identity than this run's "
+                            f"({mismatch(ledger.identity, identity)}); pass the settings it was generated with "
+                            "(python -m mindspore_eagle.train.ledger show --ledger ...)")
+    return set(ledger.entries)
 
 
 def check_prompt_ids(items, vocab_size: int) -> None:
@@ -666,7 +690,7 @@ def main(argv: list[str] | None = None) -> int:
         n = generate_dataset(teacher, out, c.num_conversations, c.batch_size, c.max_new_tokens, c.max_prompt_tokens,
                              c.topk, time_limit_s=c.time_limit, per_category=c.per_category,
                              second_turns=c.second_turns, max_answer_tokens=c.max_answer_tokens, prompts=c.prompts,
-                             sharegpt_fraction=c.sharegpt_fraction)
+                             sharegpt_fraction=c.sharegpt_fraction, skip_ledger=c.skip_ledger)
     except KeyboardInterrupt:
         return 130
     except EagleError as exc:  # as the mindspore-eagle CLI: one line, exit 2, no traceback

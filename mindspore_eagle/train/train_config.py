@@ -148,6 +148,7 @@ class DataConfig:
     max_new_tokens: int = 192
     max_prompt_tokens: int = 160
     topk: int = 32
+    skip_ledger: str | None = None
 
     def __post_init__(self) -> None:
         """ConfigError naming the flag for a value of another type (a recipe file's ``"batch_size": "128"``)."""
@@ -249,6 +250,8 @@ DATA_HELP = {
     "max_new_tokens": "answer tokens per turn at most",
     "max_prompt_tokens": "first turns longer than this are left out",
     "topk": "teacher logits stored per position (the soft target)",
+    "skip_ledger": "answer ledger whose conversations are not generated again (the same identity): a fresh "
+                   "directory continues the ledger without rebuilding it; export the new answers into it after",
 }
 
 def flag(name: str) -> str:
