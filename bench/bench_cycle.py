@@ -148,7 +148,7 @@ def bench_commit(teacher, reps: int) -> dict:
     pairs = teacher.cell.cache_parameters()
     caches = {"inplace": BranchableKVCache(pairs, teacher.runtime.exec_mode, inplace=True),
               "scatter": BranchableKVCache(pairs, teacher.runtime.exec_mode, inplace=False)}
-    L = 512
+    L = min(512, teacher.max_len - 16)  # the cache holds max(--contexts) + max(--tokens) rows, maybe fewer than 528
     for cache in caches.values():
         cache.state.committed_len = L
 

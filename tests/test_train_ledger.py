@@ -3,7 +3,8 @@ of part files and rebuilt into shards that equal the generator's bit for bit (to
 ids and logits), on the tiny teacher with a character-level tokenizer and a prompt set mixing the synthetic set with
 ShareGPT-shaped records written here (nothing of the real file). Also: the ledger holds exactly the answer ids (no
 prompt id), two sessions' exports union into one ledger, a rebuild resumes past the conversations its directory
-holds, another teacher's ledger is refused before any work, and a torn part, a part whose answers contradict
+holds, another teacher's ledger is refused before any work unless retargeted to a re-conversion whose greedy
+answers it still holds (every answer token checked), and a torn part, a part whose answers contradict
 another's and an export into a ledger of other settings are refused by name."""
 
 from __future__ import annotations
@@ -227,6 +228,19 @@ def test_a_fresh_directory_skipping_the_ledger_generates_only_the_rest_and_expor
                all(np.array_equal(a, b) for a, b in zip(union[c].answers, both[c].answers)) for c in both)
 
 
+def test_skipping_a_ledger_of_another_conversion_of_the_teacher_leaves_its_conversations_out_with_a_warning(
+        sessions, capsys):
+    from mindspore_eagle.train.data import ledger_conversations
+    from mindspore_eagle.train.identity import read_identity
+
+    data, _, first, *_ = sessions
+    mine = dict(read_identity(data), teacher="sha256:" + "0" * 64)
+    assert ledger_conversations(first, mine) == set(read_ledger(first).entries)
+    assert "--retarget" in capsys.readouterr().err
+    with pytest.raises(IdentityError, match="topk: 8 -> 9"):
+        ledger_conversations(first, dict(mine, topk=TOPK + 1))
+
+
 def test_skipping_a_ledger_of_other_settings_is_refused_before_anything_is_written(sessions, teacher_dir, tmp_path):
     _, book, *_ = sessions
     header, entries = read_part(part_paths(book)[0])
@@ -256,6 +270,48 @@ def test_another_teachers_ledger_is_refused_before_any_work(sessions, teacher_di
         rebuild_from_ledger(book, str(other), str(out))
     assert not out.exists()
     assert ledger_mod.main(["rebuild", "--ledger", book, "--teacher", str(other), "--out", str(out)]) == 2
+
+
+def reconverted(teacher_dir: str, where) -> str:
+    """The same teacher with one more file, as a later converter's output differs from an earlier one's (the
+    default teacher gained quantized.safetensors): another content fingerprint, the same function."""
+    out = where / "reconverted"
+    shutil.copytree(teacher_dir, out)
+    (out / "extra.json").write_text('{"written by": "a later converter"}')
+    return str(out)
+
+
+def test_a_ledger_retargets_to_a_reconversion_whose_greedy_answers_it_still_holds(sessions, teacher_dir, tmp_path):
+    from mindspore_eagle.storage.fingerprint import directory_fingerprint
+    from mindspore_eagle.train.identity import read_identity
+
+    data, book, *_ = sessions
+    other = reconverted(teacher_dir, tmp_path)
+    out = tmp_path / "out"
+    with pytest.raises(IdentityError, match="--retarget"):
+        rebuild_from_ledger(book, other, str(out), chunk=16)
+    assert not out.exists()
+    stats = rebuild_from_ledger(book, other, str(out), chunk=16, retarget=True)
+    assert stats.conversations == counts(sessions)[1]
+    assert_same_data(str(out), data)  # the same function: the same features, bit for bit
+    identity = read_identity(str(out))
+    assert identity == dict(read_identity(data), teacher=directory_fingerprint(other))
+    moved = tmp_path / "ledger"
+    assert export_ledger(str(out), str(moved)).conversations == counts(sessions)[1]
+    assert read_ledger(str(moved)).identity["teacher"] == directory_fingerprint(other)
+
+
+def test_a_retargeted_answer_that_is_not_the_teachers_greedy_choice_is_refused(sessions, teacher_dir, tmp_path):
+    _, book, *_ = sessions
+    header, entries = read_part(part_paths(book)[0])
+    cid, entry = next((c, e) for c, e in entries.items() if len(e.answers[0]) == NEW)  # no EOS to keep in place
+    answer = entry.answers[0].copy()
+    answer[2] = 10 if answer[2] != 10 else 11  # a printable character, not EOS: shaped as a generated answer
+    forged = tmp_path / "forged"
+    write_part(str(forged), header["identity"], {cid: Entry(entry.source, (answer,) + entry.answers[1:])})
+    with pytest.raises(DataError, match=f"ledger conversation {cid} turn 1: answer token 2 is {answer[2]}"):
+        rebuild_from_ledger(str(forged), reconverted(teacher_dir, tmp_path), str(tmp_path / "out"), chunk=16,
+                            retarget=True)
 
 
 def test_a_torn_part_is_refused_by_name_and_a_stray_temporary_ignored(sessions, tmp_path, capsys):

@@ -484,16 +484,24 @@ def generate_dataset(model_dir: str, out_dir: str, num_conversations: int | None
 
 
 def ledger_conversations(path: str, identity: dict) -> set[str]:
-    """The conversation ids answered in ledger ``path``; IdentityError when the ledger holds another identity's
-    answers (another teacher or other settings: its conversations would be answered differently here, so leaving
-    them out would leave them unanswered). Read before the data directory is claimed: nothing is written then."""
+    """The conversation ids answered in ledger ``path``, read before the data directory is claimed (nothing is
+    written on an error). The ledger's generation settings must be this run's (IdentityError naming the difference:
+    under other settings its conversations are other sequences). Its teacher may be another conversion than this
+    run's (a content fingerprint changes with the converter's file layout): its conversations are still left out,
+    with a warning, since ``ledger rebuild --retarget`` moves its answers to this teacher, checking every answer
+    token against this teacher's greedy choice."""
     from .ledger import read_ledger
 
     ledger = read_ledger(path)
-    if mismatch(ledger.identity, identity):
-        raise IdentityError(f"--skip-ledger {path}: its answers belong to another data identity than this run's "
-                            f"({mismatch(ledger.identity, identity)}); pass the settings it was generated with "
+    keys = sorted((set(ledger.identity) | set(identity)) - {"teacher"})
+    if mismatch(ledger.identity, identity, keys):
+        raise IdentityError(f"--skip-ledger {path}: its answers were generated with other settings than this run's "
+                            f"({mismatch(ledger.identity, identity, keys)}); pass the settings it was generated with "
                             "(python -m mindspore_eagle.train.ledger show --ledger ...)")
+    if ledger.identity.get("teacher") != identity.get("teacher"):
+        print(f"warning: --skip-ledger {path} holds the answers of teacher {ledger.identity.get('teacher')}, this run's "
+              f"is {identity.get('teacher')}: its conversations are left out here; move them to this teacher with "
+              "`python -m mindspore_eagle.train.ledger rebuild --retarget`", file=sys.stderr)
     return set(ledger.entries)
 
 

@@ -34,7 +34,8 @@ export (``.part-....npz.XXXX.tmp``) is not a part: it is ignored with a warning.
 Rebuild: ``train.rebuild.rebuild_from_ledger`` turns a ledger back into a data directory.
 
 Command line: ``python -m mindspore_eagle.train.ledger export --data DIR --ledger LEDGER`` (a new part),
-``rebuild --ledger LEDGER [--teacher DIR] [--out DIR] [--chunk N]`` and ``show --ledger LEDGER`` (counts, bytes).
+``rebuild --ledger LEDGER [--teacher DIR] [--out DIR] [--chunk N] [--retarget]`` and ``show --ledger LEDGER``
+(counts, bytes).
 """
 
 from __future__ import annotations
@@ -298,6 +299,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "content fingerprint>, as the generator's)")
     rb.add_argument("--chunk", type=int, default=64, help="rows per teacher forward (default 64)")
     rb.add_argument("--time-limit", type=float, default=None, help="stop (resumably) after this many seconds")
+    rb.add_argument("--retarget", action="store_true",
+                    help="the ledger was written by another conversion of this teacher (another fingerprint): rebuild "
+                         "with this one, checking every answer token against its greedy choice; the data directory "
+                         "records this teacher (export it into a new ledger directory)")
     sh = sub.add_parser("show", help="print a ledger's counts and size as one JSON line")
     sh.add_argument("--ledger", required=True)
     return ap
@@ -319,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         elif a.command == "rebuild":
             teacher = a.teacher or default_model_dir()
             out = a.out or default_data_dir(teacher)
-            s = rebuild_from_ledger(a.ledger, teacher, out, a.chunk, time_limit_s=a.time_limit)
+            s = rebuild_from_ledger(a.ledger, teacher, out, a.chunk, time_limit_s=a.time_limit, retarget=a.retarget)
             print(f"{s.conversations} conversations rebuilt ({s.skipped} already there), {s.answer_tokens} answer "
                   f"tokens, {s.rows_fed} rows fed in {s.seconds:.1f} s (+ {s.setup_seconds:.1f} s set-up): "
                   f"{s.answer_tok_s:.1f} answer tok/s, {s.rows_fed / max(s.seconds, 1e-9):.1f} rows/s; data in {out}")

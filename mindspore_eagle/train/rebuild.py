@@ -14,7 +14,11 @@ on the default teacher too, second turns included). On MindSpore's MatMul (where
 not: a row's fp16 features differ in the last bits between a prefill chunk and a decode step (the tiny teacher: 14 of
 40 rows, at most 5e-4), and the rebuild says so.
 
-Checks. A ledger of another teacher (its identity's fingerprint) is an IdentityError before any work. Every answer
+Checks. A ledger of another teacher (its identity's fingerprint) is an IdentityError before any work, unless
+``retarget``: the fingerprint covers the converted directory's bytes, so a re-conversion of the same model by a later
+converter (a new file, another layout) changes it while the function stays; ``retarget`` rebuilds such a ledger with
+this teacher, the output directory records this teacher's identity (export it into a new ledger directory), and the
+answer check below is what says the answers are still this teacher's: every one of their tokens. Every answer
 must be shaped as a generated one (EOS only at its end, else ``max_new_tokens`` long) and be the teacher's greedy
 answer to its rebuilt prompt (the prefill's greedy token at each answer position is the next answer token), else a
 DataError: the prompt source or the teacher's arithmetic changed since the ledger was written.
@@ -143,12 +147,12 @@ def _conversations_by_id(identity: dict, wanted: set) -> dict:
 
 
 def rebuild_from_ledger(ledger: str, model_dir: str, out_dir: str, chunk: int = 64, shard_conversations: int = 32,
-                        time_limit_s: float | None = None) -> RebuildStats:
+                        time_limit_s: float | None = None, retarget: bool = False) -> RebuildStats:
     """Rebuild the shards of ledger ``ledger`` into data directory ``out_dir`` with teacher ``model_dir`` (module
     docstring); returns the counts and times. Conversations already in ``out_dir``'s manifest are skipped.
     ``chunk``: rows per teacher forward; ``shard_conversations``: conversations per shard; ``time_limit_s``: stop
     (resumably) after that many seconds of feeding. A ledger of another teacher is an IdentityError before any
-    work."""
+    work, unless ``retarget`` (module docstring: ``out_dir`` then records ``model_dir``'s identity)."""
     from ..runtime import RuntimeConfig
     from ..storage.fingerprint import directory_fingerprint
     from ..teacher import Teacher
@@ -163,9 +167,13 @@ def rebuild_from_ledger(ledger: str, model_dir: str, out_dir: str, chunk: int = 
         raise ConfigError(f"teacher {model_dir}: no such directory; pass --teacher DIR (a converted teacher)")
     fingerprint = directory_fingerprint(model_dir)
     if identity.get("teacher") != fingerprint:
-        raise IdentityError(f"ledger {ledger} holds the answers of teacher {identity.get('teacher')}, not of "
-                            f"{model_dir} ({fingerprint}): features rebuilt from another teacher's answers are not "
-                            "this teacher's data; rebuild with the teacher that wrote it, or generate anew")
+        if not retarget:
+            raise IdentityError(f"ledger {ledger} holds the answers of teacher {identity.get('teacher')}, not of "
+                                f"{model_dir} ({fingerprint}): features rebuilt from another teacher's answers are not "
+                                "this teacher's data; rebuild with the teacher that wrote it, generate anew, or, for "
+                                "a re-conversion of the same model, --retarget (every answer token is then checked "
+                                "against this teacher's greedy choice)")
+        identity = dict(identity, teacher=fingerprint)
     claim_data_dir(out_dir, identity)
     prepare_append(out_dir)
     done = finished_conversations(out_dir)
