@@ -237,10 +237,10 @@ def test_cost_tracker_follows_observed_medians_and_drops_compile_outliers():
     tracker.observe(1, 60.0)
     tracker.observe_growth(12.0)
     c = tracker.costs()
-    # seen: 1 -> 60 (prior 70), 16 -> 100 (prior 126); unseen 8 and 32 scale their priors by the median ratio
-    # of the seen ones; then non-decreasing (16 rises to 8's estimate)
+    # seen: 1 -> 60 (prior 70), 16 -> 100 (prior 126); unseen 8, between them, interpolates their costs in rows;
+    # unseen 32, beyond them, scales its prior by the median ratio of the seen ones
     scale = np.median([60 / 70, 100 / 126])
-    np.testing.assert_allclose([ms for _, ms in c.bucket_ms], [60, 125 * scale, 125 * scale, 176 * scale])
+    np.testing.assert_allclose([ms for _, ms in c.bucket_ms], [60, 60 + 40 * 7 / 15, 100, 176 * scale])
     assert c.grow_ms == 12.0
     assert tracker.bucket_of(9) == 16 and tracker.bucket_of(100) == 32
 
@@ -265,7 +265,11 @@ def test_cost_tracker_table_equals_numpy_medians_recomputed_from_every_observati
         tracker.observe_growth(ms) if kind == 0 else tracker.observe(kind, ms)
         seen = {b: float(np.median(v)) for b, v in kept.items() if v}
         scale = float(np.median([seen[b] / prior[b] for b in seen])) if seen else 1.0
-        want = np.maximum.accumulate([seen.get(b, prior[b] * scale) for b in sorted(prior)]).tolist()
+        known = sorted(seen)
+        inside = [bool(known) and known[0] < b < known[-1] for b in sorted(prior)]
+        want = np.maximum.accumulate([
+            seen[b] if b in seen else float(np.interp(b, known, [seen[k] for k in known])) if inner
+            else prior[b] * scale for b, inner in zip(sorted(prior), inside)]).tolist()
         got = tracker.costs()
         assert [ms for _, ms in got.bucket_ms] == want
         assert got.grow_ms == (float(np.median(grow)) if grow else COSTS.grow_ms)
