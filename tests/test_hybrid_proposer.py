@@ -75,6 +75,29 @@ def test_every_mode_and_budget_equals_greedy_token_for_token(setup, mode, budget
         assert prop.accepted_by_source()["suffix"] + prop.accepted_by_source()["both"] > 0
 
 
+def test_a_head_only_proposer_whose_growth_the_batch_engine_declines_decodes_the_root_alone(setup):
+    """The batch engine may decline a head's growth (``plan_growth``); a request drafting from the head alone then has
+    no candidates at all this step and must decode plainly (it raised "union: at least one candidate tree is
+    required", a 500 in the server, once measured costs made the engine decline)."""
+    teacher, eagle, _, futures = setup
+    prop = HybridProposer(DraftingConfig(proposer="eagle", max_nodes=16), eagle, buckets=teacher.runtime.buckets,
+                          costs=CHEAP_GROWTH)
+    prompt, future = PROMPTS[0], futures[0]
+    engine = SpeculativeEngine(teacher)
+    real_draft = prop.draft
+
+    def declined(root):  # what BatchEngine._plan does with a growth it does not keep
+        assert prop.wants_growth(root)
+        prop.skip_growth()
+        return prop.draft_from(root, None)
+
+    prop.draft = declined
+    gen = engine.generate(prompt, N, proposer=prop)
+    assert list(gen.tokens) == future
+    assert all(step.tree_nodes == 1 for step in gen.steps) and not any(s.grew for s in prop.log)
+    prop.draft = real_draft
+
+
 def test_eagle_fixed_mode_proposes_exactly_the_head_trees(setup):
     teacher, eagle, plain, futures = setup
     prop = HybridProposer(DraftingConfig(proposer="eagle", budget="fixed", max_nodes=BUDGET.max_nodes), eagle,

@@ -263,6 +263,8 @@ class HybridProposer:
             self.profile.update(_sorted(eagle))
         self.draft_ms = ((self.costs.suffix_ms if suffix is not None else 0.0)
                          + (self.costs.grow_ms if grown is not None else 0.0))
+        if eagle is None and suffix is None:  # the head alone, its growth declined (``skip_growth``): the root alone
+            return union(CandidateTree.single(root), None)
         return union(eagle, suffix)
 
     def accept(self, acceptance, aux_hidden: np.ndarray) -> None:
