@@ -111,7 +111,7 @@ def test_a_config_file_sets_the_data_generation_and_flags_given_override_it(tmp_
     assert data.main(argv + ["--batch-size", "8", "--second-turns"]) == 0
     assert seen == {"out": str(tmp_path / "d"), "batch_size": 8, "max_new_tokens": 192, "topk": 32,
                     "time_limit_s": None, "per_category": 2500, "second_turns": True, "max_answer_tokens": 1000,
-                    "prompts": "mix", "sharegpt_fraction": 0.5}
+                    "prompts": "mix", "sharegpt_fraction": 0.5, "skip_ledger": None}
     for recipe, error in (({"data": {"batch_size": "128"}}, "--batch-size '128': must be an integer"),
                           ({"data": {"second_turns": 1}}, "--second-turns 1: must be true or false"),
                           ({"data": {"max_new_token": 8}}, r"unknown key\(s\) \['max_new_token'\] in section 'data'")):
