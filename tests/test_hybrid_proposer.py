@@ -84,7 +84,6 @@ def test_a_head_only_proposer_whose_growth_the_batch_engine_declines_decodes_the
                           costs=CHEAP_GROWTH)
     prompt, future = PROMPTS[0], futures[0]
     engine = SpeculativeEngine(teacher)
-    real_draft = prop.draft
 
     def declined(root):  # what BatchEngine._plan does with a growth it does not keep
         assert prop.wants_growth(root)
@@ -95,7 +94,6 @@ def test_a_head_only_proposer_whose_growth_the_batch_engine_declines_decodes_the
     gen = engine.generate(prompt, N, proposer=prop)
     assert list(gen.tokens) == future
     assert all(step.tree_nodes == 1 for step in gen.steps) and not any(s.grew for s in prop.log)
-    prop.draft = real_draft
 
 
 def test_eagle_fixed_mode_proposes_exactly_the_head_trees(setup):

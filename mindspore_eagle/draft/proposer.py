@@ -182,7 +182,8 @@ class Eagle3Proposer:
         p and ``next_tokens[i]`` the token at p + 1. Runs the head in chunks of a context bucket."""
         tokens, feats = check_entries(self.head.cfg, next_tokens, features)
         off = 0
-        for size, bucket in self.buckets.chunks(tokens.shape[0], self.buckets.largest, self.cache.max_len - self.committed_len):
+        room = self.cache.max_len - self.committed_len
+        for size, bucket in self.buckets.chunks(tokens.shape[0], self.buckets.largest, room):
             L = self.cache.begin_round(bucket)
             inputs = ForwardInputs.for_tree(TreeLayout.chain(tokens[off:off + size]), L, bucket, self.cache.max_len)
             x = np.zeros((1, bucket, feats.shape[1]), np.float32)  # padding rows get zero features

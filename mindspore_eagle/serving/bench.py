@@ -3,9 +3,9 @@
 For each concurrency ``c`` the same prompts run with at most ``c`` requests in flight (a finished request is
 replaced at once, as clients of a server would), first without speculation, then with it; the first run (c = 1,
 no speculation) is the reference every other run's tokens are compared with (greedy: identical token for token,
-``lossless``). One JSON line per run (with ``head_growths``: request-steps whose drafts included the head's, of ``request_steps``);
-the last line is the summary: throughput per run, speculation's ratio per
-concurrency and each concurrency's throughput over c = 1 greedy.
+``lossless``). One JSON line per run (with ``head_growths``: request-steps whose drafts included the head's, of
+``request_steps``); the last line is the summary: throughput per run, speculation's ratio per concurrency and each
+concurrency's throughput over c = 1 greedy.
 """
 
 from __future__ import annotations

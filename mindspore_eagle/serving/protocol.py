@@ -5,8 +5,9 @@ Supported: ``model``, ``messages`` (chat) or ``prompt`` (completions: a string o
 ``top_k``, ``seed``, ``stream``, ``stream_options.include_usage``, ``n`` (1 only), ``user`` (ignored), and the
 extension ``speculative``: ``false`` (plain decoding), ``true`` (the server's drafting) or an object with
 ``max_nodes`` (a smaller bound on the nodes a step verifies; clamped by the server's) and/or ``proposer`` (this
-request's draft source: "eagle", "suffix" or "hybrid"; the head's sources need a server started with a head). Refused with a message (never ignored
-silently): ``n > 1``, ``logprobs``, ``tools``, ``response_format``, ``best_of > 1``, ``echo``, penalties != 0.
+request's draft source: "eagle", "suffix" or "hybrid"; the head's sources need a server started with a head).
+Refused with a message (never ignored silently): ``n > 1``, ``logprobs``, ``tools``, ``response_format``,
+``best_of > 1``, ``echo``, penalties != 0.
 """
 
 from __future__ import annotations

@@ -185,7 +185,8 @@ class SlotDraft:
         heads = self.heads
         tokens, feats = check_entries(heads.head.cfg, next_tokens, features)
         off = 0
-        for size, bucket in heads.buckets.chunks(tokens.shape[0], heads.buckets.largest, heads.slot_len - self.committed_len):
+        room = heads.slot_len - self.committed_len
+        for size, bucket in heads.buckets.chunks(tokens.shape[0], heads.buckets.largest, room):
             L = self.state.reserve(bucket)  # CacheCapacityError before anything is written
             try:
                 hidden = heads.context_forward(self.base, tokens[off:off + size], feats[off:off + size], L, bucket)

@@ -18,8 +18,6 @@ from ..drafting import SERVING_DRAFTING, BudgetMode, DraftingConfig
 from ..errors import ConfigError
 from .batch import BatchEngine
 
-"""Row buckets of the batched forward. Finer than the single-request default (1, 8, ...): a step's rows are one
-root per running request plus the global budget's drafts, and a padded row costs as much as a real one."""
 
 @dataclass(frozen=True)
 class BatchStack:

@@ -499,9 +499,9 @@ def ledger_conversations(path: str, identity: dict) -> set[str]:
                             f"({mismatch(ledger.identity, identity, keys)}); pass the settings it was generated with "
                             "(python -m mindspore_eagle.train.ledger show --ledger ...)")
     if ledger.identity.get("teacher") != identity.get("teacher"):
-        print(f"warning: --skip-ledger {path} holds the answers of teacher {ledger.identity.get('teacher')}, this run's "
-              f"is {identity.get('teacher')}: its conversations are left out here; move them to this teacher with "
-              "`python -m mindspore_eagle.train.ledger rebuild --retarget`", file=sys.stderr)
+        print(f"warning: --skip-ledger {path} holds the answers of teacher {ledger.identity.get('teacher')}, this "
+              f"run's is {identity.get('teacher')}: its conversations are left out here; move them to this teacher "
+              "with `python -m mindspore_eagle.train.ledger rebuild --retarget`", file=sys.stderr)
     return set(ledger.entries)
 
 
