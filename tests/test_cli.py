@@ -17,6 +17,16 @@ def test_generate_prints_the_answer_and_speed(capsys):
     assert "tok/s" in err and "time to first token" in err
 
 
+def test_generate_compiles_its_plan_before_the_request_and_says_how(capsys):
+    model = default_model_or_skip()
+    code = cli.main(["generate", "--mode", "greedy", "--model", model, "--prompt", "What is the capital of France?",
+                     "--max-new-tokens", "8", "--buckets", "1,8", "--prefill-chunk", "8", "--max-cache-len", "128",
+                     "--no-compile-cache"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "Paris" in out
+    assert "[2 graphs compiled in" in err, err  # the teacher's forward at each bucket (tests/test_graph_cache.py: cached)
+
+
 def test_generate_reports_a_prompt_longer_than_the_cache(capsys):
     model = default_model_or_skip()
     code = cli.main(["generate", "--mode", "greedy", "--model", model, "--prompt", "word " * 200, "--exec", "reference",

@@ -1,0 +1,168 @@
+"""The compile cache is used only in the way that cannot hand a graph the wrong file (storage.graph_cache), and the
+fixed compile plan (app.compile_plan) compiles every graph a request meets, so a second process loads them all and
+produces the same tokens."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mindspore_eagle.errors import EagleError
+from mindspore_eagle.storage import graph_cache
+from mindspore_eagle.storage.graph_cache import MARKER, GraphCache, prune
+
+from .helpers import default_model_or_skip
+
+LABELS = ["teacher argmax t=1", "teacher argmax t=8", "head growth"]
+
+
+@pytest.fixture
+def fresh_process(monkeypatch):
+    """As a new process would be: no cache directory used yet, no graph compiled, the variables unset."""
+    monkeypatch.setitem(graph_cache._PROCESS, "path", None)
+    monkeypatch.setattr(graph_cache, "compiled_graphs", lambda: 0)
+    monkeypatch.delenv("MS_COMPILER_CACHE_ENABLE", raising=False)
+    monkeypatch.delenv("MS_COMPILER_CACHE_PATH", raising=False)
+
+
+def fill(cache: GraphCache, counts=(1, 1, 1)):
+    with cache.open() as use:
+        assert os.environ.get("MS_COMPILER_CACHE_ENABLE") == "1"
+        assert os.environ.get("MS_COMPILER_CACHE_PATH") == cache.path
+        for label, n in zip(cache.labels, counts):
+            use.step_done(label, n)
+    graph_cache._PROCESS["path"] = None  # the next open plays a new process
+    return use
+
+
+def test_key_depends_on_every_part_and_label(tmp_path):
+    base = GraphCache(str(tmp_path), {"model": "sha256:a", "sources": "x"}, LABELS)
+    assert GraphCache(str(tmp_path), {"sources": "x", "model": "sha256:a"}, LABELS).path == base.path
+    assert GraphCache(str(tmp_path), {"model": "sha256:b", "sources": "x"}, LABELS).path != base.path
+    assert GraphCache(str(tmp_path), {"model": "sha256:a", "sources": "y"}, LABELS).path != base.path
+    assert GraphCache(str(tmp_path), {"model": "sha256:a", "sources": "x"}, LABELS[::-1]).path != base.path
+
+
+def test_a_complete_fill_is_loaded_by_the_next_process_and_the_switch_is_off_after_the_plan(tmp_path, fresh_process):
+    cache = GraphCache(str(tmp_path), {"k": 1}, LABELS)
+    assert fill(cache).mode == "fill"
+    assert "MS_COMPILER_CACHE_ENABLE" not in os.environ  # nothing compiled after the plan is cached
+    with open(os.path.join(cache.path, MARKER)) as f:
+        assert json.load(f) == {"labels": LABELS, "counts": [1, 1, 1]}
+    assert fill(cache).mode == "load"
+
+
+def test_an_interrupted_fill_is_removed_and_filled_again(tmp_path, fresh_process):
+    cache = GraphCache(str(tmp_path), {"k": 1}, LABELS)
+    with pytest.raises(KeyboardInterrupt):
+        with cache.open() as use:
+            use.step_done(LABELS[0], 1)
+            open(os.path.join(cache.path, "compile_cache_0.mindir"), "w").close()
+            raise KeyboardInterrupt
+    assert not os.path.exists(os.path.join(cache.path, MARKER))
+    graph_cache._PROCESS["path"] = None
+    with cache.open() as use:
+        assert use.mode == "fill"
+        assert os.listdir(cache.path) == []  # the half-written file is gone
+
+
+def test_a_load_whose_graph_counts_differ_stops_and_removes_the_directory(tmp_path, fresh_process):
+    cache = GraphCache(str(tmp_path), {"k": 1}, LABELS)
+    fill(cache)
+    with pytest.raises(EagleError, match="removed"):
+        with cache.open() as use:
+            assert use.mode == "load"
+            use.step_done(LABELS[0], 1)
+            use.step_done(LABELS[1], 2)  # one graph more than the fill compiled: the files no longer line up
+    assert not os.path.exists(cache.path)
+
+
+def test_a_directory_another_process_holds_is_not_used(tmp_path, fresh_process):
+    cache = GraphCache(str(tmp_path), {"k": 1}, LABELS)
+    fill(cache)
+    with open(cache.path + ".lock", "a+") as other:  # another open file: flock conflicts as between processes
+        fcntl.flock(other, fcntl.LOCK_EX)
+        with cache.open() as use:
+            assert use.mode == "off" and "another process" in use.reason
+            assert "MS_COMPILER_CACHE_ENABLE" not in os.environ
+
+
+def test_the_cache_is_off_after_a_compile_or_a_first_use_in_this_process(tmp_path, fresh_process, monkeypatch):
+    cache = GraphCache(str(tmp_path), {"k": 1}, LABELS)
+    monkeypatch.setattr(graph_cache, "compiled_graphs", lambda: 3)
+    with cache.open() as use:
+        assert use.mode == "off" and "compiled before the plan" in use.reason
+    monkeypatch.setattr(graph_cache, "compiled_graphs", lambda: 0)
+    with cache.open() as use:
+        assert use.mode == "fill"
+    other = GraphCache(str(tmp_path), {"k": 2}, LABELS)
+    with other.open() as use:  # MindSpore keeps the first path: a second directory would get the first one's files
+        assert use.mode == "off" and "already used" in use.reason
+
+
+def test_a_process_without_an_entry_script_runs_without_the_cache(tmp_path, fresh_process, monkeypatch):
+    from mindspore.graph import api
+
+    monkeypatch.setattr(api, "entry_script_path", str(tmp_path / "-c"))  # what ``python -c`` leaves there
+    with GraphCache(str(tmp_path), {"k": 1}, LABELS).open() as use:
+        assert use.mode == "off" and "entry script" in use.reason
+
+
+def test_prune_keeps_the_most_recently_used_and_any_held_directory(tmp_path):
+    paths = []
+    for i in range(5):
+        p = tmp_path / f"d{i}"
+        p.mkdir()
+        (p / MARKER).write_text("{}")
+        os.utime(p / MARKER, (1000 + i, 1000 + i))
+        paths.append(str(p))
+    with open(paths[0] + ".lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        removed = prune(str(tmp_path), keep=2)
+    assert sorted(removed) == paths[1:3]  # d0 is the oldest but held; d3, d4 are the newest
+    assert sorted(os.listdir(tmp_path)) == ["d0", "d0.lock", "d3", "d4"]
+
+
+CHILD = textwrap.dedent("""
+    import json, sys
+    from mindspore_eagle.app.build import build
+    from mindspore_eagle.app.compile_plan import compile_ahead
+    from mindspore_eagle.app.harness import warm_up
+    from mindspore_eagle.drafting import DraftingConfig
+    from mindspore_eagle.runtime import RuntimeConfig
+    from mindspore_eagle.storage.graph_cache import compiled_graphs
+
+    stack = build(None, RuntimeConfig(), DraftingConfig())
+    proposer = stack.proposer_for(None)
+    plan = compile_ahead(stack, proposer, cache_root=sys.argv[1])
+    after_plan = compiled_graphs()
+    ids = stack.tokenizer.encode_chat([{"role": "user", "content": "List three uses of a paper clip."}])
+    warm_up(stack.engine, stack.proposer_for, ids, 24, stack.eos)
+    spec = stack.engine.generate(ids, 24, stack.eos, proposer=proposer)
+    print(json.dumps({"mode": plan.mode, "graphs": plan.graphs, "after_plan": compiled_graphs() - after_plan,
+                      "tokens": spec.tokens}))
+""")
+
+
+def test_a_second_process_loads_every_graph_of_the_plan_and_decodes_the_same_tokens(tmp_path):
+    default_model_or_skip()
+    child = tmp_path / "child.py"  # a file: MindSpore hashes the entry script (``python -c`` has none)
+    child.write_text(CHILD)
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, str(child), str(tmp_path / "graphs")], capture_output=True, text=True,
+                              timeout=600, env={**os.environ, "GLOG_v": "3"})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert (first["mode"], second["mode"]) == ("fill", "load")
+    assert first["graphs"] == second["graphs"] > 10  # teacher, row moves, head context and growth
+    # the plan is complete: the warm-up and the request (tree buckets the adaptive budget chose) compiled nothing
+    assert first["after_plan"] == 0 and second["after_plan"] == 0
+    assert second["tokens"] == first["tokens"]
