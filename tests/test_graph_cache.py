@@ -106,12 +106,27 @@ def test_the_cache_is_off_after_a_compile_or_a_first_use_in_this_process(tmp_pat
         assert use.mode == "off" and "already used" in use.reason
 
 
-def test_a_process_without_an_entry_script_runs_without_the_cache(tmp_path, fresh_process, monkeypatch):
+def test_mindspore_hashes_a_fixed_entry_script_during_the_plan_and_the_real_one_after(tmp_path, fresh_process):
     from mindspore.graph import api
 
-    monkeypatch.setattr(api, "entry_script_path", str(tmp_path / "-c"))  # what ``python -c`` leaves there
+    saved = api.entry_script_path
     with GraphCache(str(tmp_path), {"k": 1}, LABELS).open() as use:
-        assert use.mode == "off" and "entry script" in use.reason
+        assert use.mode == "fill"
+        assert api.entry_script_path == graph_cache.ENTRY  # python -c / python -m ... would make its scan raise
+        assert api._get_compile_cache_dep_files() == [graph_cache.ENTRY]
+    assert api.entry_script_path == saved
+
+
+def test_a_dependency_scan_that_would_fail_turns_the_cache_off(tmp_path, fresh_process, monkeypatch):
+    from mindspore.graph import api
+
+    def scan():
+        raise ImportError("no package specified for '..drafting.PROPOSERS'")  # what python -m once met
+
+    monkeypatch.setattr(api, "_get_compile_cache_dep_files", scan)
+    with GraphCache(str(tmp_path), {"k": 1}, LABELS).open() as use:
+        assert use.mode == "off" and "ImportError" in use.reason
+        assert "MS_COMPILER_CACHE_ENABLE" not in os.environ
 
 
 def test_prune_keeps_the_most_recently_used_and_any_held_directory(tmp_path):
@@ -152,7 +167,7 @@ CHILD = textwrap.dedent("""
 
 def test_a_second_process_loads_every_graph_of_the_plan_and_decodes_the_same_tokens(tmp_path):
     default_model_or_skip()
-    child = tmp_path / "child.py"  # a file: MindSpore hashes the entry script (``python -c`` has none)
+    child = tmp_path / "child.py"
     child.write_text(CHILD)
     runs = []
     for _ in range(2):
@@ -166,3 +181,43 @@ def test_a_second_process_loads_every_graph_of_the_plan_and_decodes_the_same_tok
     # the plan is complete: the warm-up and the request (tree buckets the adaptive budget chose) compiled nothing
     assert first["after_plan"] == 0 and second["after_plan"] == 0
     assert second["tokens"] == first["tokens"]
+
+
+BATCH_CHILD = textwrap.dedent("""
+    import json, sys
+    from mindspore_eagle.app.compile_plan import compile_batch_ahead
+    from mindspore_eagle.serving.stack import build_batch
+    from mindspore_eagle.storage.graph_cache import compiled_graphs
+    from mindspore_eagle.verify import SamplingParams
+
+    stack = build_batch(None, 4, 320)
+    plan = compile_batch_ahead(stack, sys.argv[1])
+    after_plan = compiled_graphs()
+    engine, chat = stack.engine, lambda p: stack.tokenizer.encode_chat([{"role": "user", "content": p}])
+    reqs = [engine.submit(chat("Copy this list exactly: apples, bananas, cherries, dates, figs."), 24, stack.eos),
+            engine.submit(chat("Name three rivers."), 24, stack.eos, SamplingParams(0.8, 0.9, 0, 7)),
+            engine.submit(chat("What is the capital of France?"), 24, stack.eos, proposer="eagle"),
+            engine.submit(chat("Write a haiku about snow."), 24, stack.eos, max_nodes=1)]
+    while engine.has_work():
+        engine.step()
+    print(json.dumps({"mode": plan.mode, "graphs": plan.graphs, "after_plan": compiled_graphs() - after_plan,
+                      "tokens": [list(r.tokens) for r in reqs]}))
+""")
+
+
+def test_a_second_server_start_loads_the_batch_engines_warm_up_and_serves_the_same_tokens(tmp_path):
+    default_model_or_skip()
+    child = tmp_path / "batch_child.py"
+    child.write_text(BATCH_CHILD)
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, str(child), str(tmp_path / "graphs")], capture_output=True, text=True,
+                              timeout=600, env={**os.environ, "GLOG_v": "3"})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert (first["mode"], second["mode"]) == ("fill", "load")
+    assert first["graphs"] == second["graphs"] > 10
+    # greedy, sampled, head-only and plain requests in one batch met no graph the warm-up had not compiled
+    assert first["after_plan"] == 0 and second["after_plan"] == 0
+    assert second["tokens"] == first["tokens"] and all(first["tokens"])

@@ -276,8 +276,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"--port {args.port}: must be in 1..65535")
     stack = _build_batch(args)
     if args.warmup:
+        from .compile_plan import compile_batch_ahead, default_cache_root
+
         print(f"warming up (compiling {len(stack.engine.buckets.sizes)} buckets) ...", file=sys.stderr, flush=True)
-        print(f"warm-up took {stack.engine.warm_up():.1f} s", file=sys.stderr, flush=True)
+        plan = compile_batch_ahead(stack, default_cache_root() if args.compile_cache else None)
+        print(f"warm-up: {plan.line()}", file=sys.stderr, flush=True)
     name = args.model_name or os.path.basename(stack.model_dir.rstrip("/"))
     app = create_app(stack.engine, stack.tokenizer, stack.eos, ServerConfig(name, args.default_max_tokens))
     print(f"serving {name!r} on http://{args.host}:{args.port}/v1 (max_seqs {args.max_seqs}, context "
@@ -391,6 +394,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-queued", type=int, default=64, help="requests that may wait for a slot; more get 429")
     p.add_argument("--default-max-tokens", type=int, default=256, help="max_tokens of a request that gives none")
     p.add_argument("--no-warmup", dest="warmup", action="store_false", help="compile lazily at the first requests")
+    p.add_argument("--no-compile-cache", dest="compile_cache", action="store_false",
+                   help="compile the warm-up's graphs afresh instead of loading the ones an earlier start cached "
+                        "under $MINDSPORE_EAGLE_HOME/graph_cache (keyed by code, model and settings)")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     _add_batch_flags(p)
     p.set_defaults(fn=cmd_serve)

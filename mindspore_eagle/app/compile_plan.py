@@ -94,21 +94,21 @@ def _head_growth(head) -> Callable[[], None]:
     return run
 
 
-def key_parts(stack) -> dict:
-    """What the graphs of ``stack`` (an ``app.build.Stack``) depend on besides the plan's labels."""
+def key_parts(teacher, model_dir: str, head_dir: str | None, drafting, **extra) -> dict:
+    """What the graphs depend on besides the plan's labels: MindSpore, this package's code, the kernel library and
+    path, the model's and head's content, the runtime, compute and drafting configs, and ``extra`` (the batch
+    engine's slots)."""
     import mindspore
 
     from ..kernels.build import current_isa, load
     from ..storage.fingerprint import directory_fingerprint
 
     lib = load().library
-    head = stack.draft_label if os.path.isabs(stack.draft_label) and os.path.isdir(stack.draft_label) else ""
     return {"mindspore": mindspore.__version__, "sources": source_digest(),
             "kernels": os.path.basename(lib.path) if lib else "", "isa": current_isa(),
-            "model": directory_fingerprint(stack.model_dir),
-            "head": directory_fingerprint(head) if head else "",
-            "runtime": repr(stack.teacher.runtime), "compute": repr(stack.teacher.compute),
-            "drafting": repr(stack.drafting)}
+            "model": directory_fingerprint(model_dir),
+            "head": directory_fingerprint(head_dir) if head_dir else "",
+            "runtime": repr(teacher.runtime), "compute": repr(teacher.compute), "drafting": repr(drafting), **extra}
 
 
 @dataclass(frozen=True)
@@ -129,21 +129,43 @@ class PlanReport:
 
 
 def compile_ahead(stack, proposer=None, sampled: bool = False, cache_root: str | None = None) -> PlanReport | None:
-    """Run the plan of ``stack`` (and ``proposer``) before any request, through the compile cache under
-    ``cache_root`` (None: no cache). None when the teacher has no plan (the primitive attention path)."""
+    """Run the plan of ``stack`` (an ``app.build.Stack``) and ``proposer`` before any request, through the compile
+    cache under ``cache_root`` (None: no cache). None when the teacher has no plan (the primitive attention
+    path)."""
     engine = stack.engine
     if not engine.teacher.cell.fused_attention:
         return None
     outputs = (engine.teacher.greedy_output,) + (("logits",) if sampled and engine.teacher.greedy_output != "logits"
                                                  else ())
-    steps = plan_steps(engine, proposer, outputs)
+    label = stack.draft_label
+    head_dir = label if os.path.isabs(label) and os.path.isdir(label) else None
+    return run_plan(plan_steps(engine, proposer, outputs), cache_root,
+                    lambda: key_parts(stack.teacher, stack.model_dir, head_dir, stack.drafting))
+
+
+def compile_batch_ahead(stack, cache_root: str | None = None) -> PlanReport:
+    """The batch engine's warm-up (``BatchEngine.warm_up_steps``: already one fixed order) for ``stack`` (a
+    ``serving.stack.BatchStack``), through the compile cache under ``cache_root`` (None: no cache)."""
+    from ..draft.proposer import resolve_head_dir
+
+    engine, drafting = stack.engine, stack.drafting
+    head_dir = resolve_head_dir(drafting.head) if drafting is not None and drafting.uses_head else None
+    return run_plan(engine.warm_up_steps(), cache_root,
+                    lambda: key_parts(engine.teacher, stack.model_dir, head_dir, drafting, max_seqs=engine.max_seqs,
+                                      slot_len=engine.slot_len))
+
+
+def run_plan(steps, cache_root: str | None, key: Callable[[], dict]) -> PlanReport:
+    """Run ``steps`` (``PlanStep``s, or ``(label, run)`` pairs) in order, through the compile cache under
+    ``cache_root`` keyed by ``key()`` and the labels (None: no cache)."""
+    steps = [s if isinstance(s, PlanStep) else PlanStep(*s) for s in steps]
     start = time.perf_counter()
     before = compiled_graphs()
     if cache_root is None:
         for step in steps:
             step.run()
         return PlanReport("off", "", compiled_graphs() - before, time.perf_counter() - start, "")
-    cache = GraphCache(cache_root, key_parts(stack), [s.label for s in steps])
+    cache = GraphCache(cache_root, key(), [s.label for s in steps])
     with cache.open() as use:
         for step in steps:
             n = compiled_graphs()
@@ -159,4 +181,5 @@ def default_cache_root() -> str:
     return os.path.join(home(), "graph_cache")
 
 
-__all__ = ["PlanReport", "PlanStep", "compile_ahead", "default_cache_root", "key_parts", "plan_steps"]
+__all__ = ["PlanReport", "PlanStep", "compile_ahead", "default_cache_root", "key_parts", "plan_steps",
+           "compile_batch_ahead", "run_plan"]

@@ -251,26 +251,46 @@ class BatchEngine:
         return max_seqs * slot_len + largest_bucket
 
     def warm_up(self, sampling: bool = True) -> float:
-        """Compile every graph a step can meet before the first request: each bucket's forward (greedy output, and
-        logits for sampling) over scratch rows only, and each bucket's row-move graph (a scratch row onto itself).
-        Writes scratch rows only; returns the seconds it took."""
+        """Compile every graph a step can meet before the first request (``warm_up_steps``); returns the seconds it
+        took."""
+        t0 = time.perf_counter()
+        for _, run in self.warm_up_steps(sampling):
+            run()
+        return time.perf_counter() - t0
+
+    def warm_up_steps(self, sampling: bool = True) -> list[tuple[str, Callable[[], None]]]:
+        """The warm-up as labelled steps in one fixed order, one graph each (``app.compile_plan.run_plan`` runs them
+        through the compile cache): each bucket's forward (greedy output, and logits for sampling) over scratch rows
+        only and its row-move graph (a scratch row onto itself), then the heads' (``SlotHeads.warm_up_steps``).
+        Writes scratch rows only."""
         import mindspore as ms
 
-        t0 = time.perf_counter()
-        outputs = {self.teacher.greedy_output} | ({LOGITS} if sampling else set())
+        outputs = sorted({self.teacher.greedy_output} | ({LOGITS} if sampling else set()))
+
+        def forward(bucket: int, output: str) -> Callable[[], None]:
+            def run() -> None:
+                rows = (self.scratch + np.arange(bucket, dtype=np.int32))[None, :]
+                mask = np.full((1, 1, bucket, self.teacher.max_len), MASK_VALUE, np.float32)
+                mask[0, 0, np.arange(bucket), rows[0]] = 0.0
+                self.teacher.forward(ForwardInputs(np.zeros((1, bucket), np.int32), np.zeros((1, bucket), np.int32),
+                                                   rows, mask, bucket), output)
+            return run
+
+        def row_move(bucket: int) -> Callable[[], None]:
+            def run() -> None:
+                rows = ms.Tensor((self.scratch + np.arange(bucket, dtype=np.int32))[None, :])
+                self._commit(rows, rows)
+            return run
+
+        steps = []
         for bucket in self.buckets.sizes:
-            rows = (self.scratch + np.arange(bucket, dtype=np.int32))[None, :]
-            mask = np.full((1, 1, bucket, self.teacher.max_len), MASK_VALUE, np.float32)
-            mask[0, 0, np.arange(bucket), rows[0]] = 0.0
-            inputs = ForwardInputs(np.zeros((1, bucket), np.int32), np.zeros((1, bucket), np.int32), rows, mask,
-                                   bucket)
-            for output in sorted(outputs):
-                self.teacher.forward(inputs, output)
+            steps += [(f"teacher {output} t={bucket} w={self.teacher.max_len}", forward(bucket, output))
+                      for output in outputs]
             if self.proposer_factory is not None:
-                self._commit(ms.Tensor(rows), ms.Tensor(rows))
+                steps.append((f"slot row-move b={bucket}", row_move(bucket)))
         if self.heads is not None:
-            self.heads.warm_up()
-        return time.perf_counter() - t0
+            steps += self.heads.warm_up_steps()
+        return steps
 
     # ----- requests (any thread) ----------------------------------------------------------------------------
     def submit(self, prompt: Sequence[int], max_new_tokens: int, eos: Sequence[int] = (),

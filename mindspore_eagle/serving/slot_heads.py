@@ -21,7 +21,7 @@ lossless whatever the drafts are.
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from mindspore import Parameter, Tensor
@@ -145,19 +145,28 @@ class SlotHeads:
         return [(scores[i], tokens[i], parents[i]) for i in range(n)]
 
     def warm_up(self) -> float:
-        """Compile the context forward at every bucket and the growth at every batch size, writing scratch rows
-        only; returns the seconds it took."""
+        """Compile the context forward at every bucket and the growth at every batch size (``warm_up_steps``);
+        returns the seconds it took."""
         t0 = time.perf_counter()
-        width = 3 * self.head.cfg.target_hidden_size
-        for bucket in self.buckets.sizes:
-            self.context_forward(self.scratch, np.zeros(bucket, np.int64), np.zeros((bucket, width), np.float32),
-                                 0, bucket)
-        rows = self.budget.tree_rows
-        for b in self.batches:
-            bases = self.scratch + rows * np.arange(b, dtype=np.int64)
-            self._grow[b](Tensor(np.zeros((b, self.head.hidden_size), np.float32)), Tensor(np.zeros(b, np.int64)),
-                          Tensor(bases))
+        for _, run in self.warm_up_steps():
+            run()
         return time.perf_counter() - t0
+
+    def warm_up_steps(self) -> list[tuple[str, Callable[[], None]]]:
+        """The warm-up as labelled steps in one fixed order, one graph each, writing scratch rows only."""
+        width = 3 * self.head.cfg.target_hidden_size
+
+        def context(bucket: int) -> Callable[[], None]:
+            return lambda: self.context_forward(self.scratch, np.zeros(bucket, np.int64),
+                                                np.zeros((bucket, width), np.float32), 0, bucket)
+
+        def growth(b: int) -> Callable[[], None]:
+            bases = self.scratch + self.budget.tree_rows * np.arange(b, dtype=np.int64)
+            return lambda: self._grow[b](Tensor(np.zeros((b, self.head.hidden_size), np.float32)),
+                                         Tensor(np.zeros(b, np.int64)), Tensor(bases))
+
+        return ([(f"slot heads context b={bucket}", context(bucket)) for bucket in self.buckets.sizes]
+                + [(f"slot heads growth B={b} {self.budget}", growth(b)) for b in self.batches])
 
 
 class SlotDraft:

@@ -16,6 +16,8 @@ mismatch of two graphs with the same shapes would not even fail. So:
   labels: any change gives a fresh directory (each holds ~3 MB a graph; the ``KEEP`` most recently used stay);
 * **one writer**: an exclusive ``flock`` on ``<dir>.lock`` for the whole plan (loading writes too); a process that
   cannot take it at once compiles without the cache and says so;
+* MindSpore's own check, a hash of the entry script and its imports, is pointed at ``compile_entry.py`` for the
+  plan: the real entry script may be unreadable to it (``python -c``, ``python -m``: it raises inside the compile);
 * **complete or absent**: a ``plan.json`` marker (labels and graphs compiled per step) is written, atomically, only
   after the whole plan ran; a directory without it (an interrupted fill) is removed and filled again, and a load
   whose per-step graph counts differ from the marker's removes the directory and stops with an error instead of
@@ -61,22 +63,26 @@ def source_digest(package_dir: str | None = None) -> str:
     return h.hexdigest()
 
 
-def _entry_script_problem() -> str:
-    """Why MindSpore could not hash this process's entry script (it reads and parses ``sys.argv[0]`` at every
-    compile with the cache on, and raises FileNotFoundError under ``python -c``), or ""."""
-    import ast
+ENTRY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compile_entry.py")
 
+
+@contextlib.contextmanager
+def _entry_script():
+    """MindSpore's entry script set to ``compile_entry.py`` for the body (that module's docstring says why); yields
+    why its dependency scan would still fail here, or ""."""
     from mindspore.graph import api
 
-    path = api.entry_script_path
+    saved = api.entry_script_path
+    api.entry_script_path = ENTRY
     try:
-        if path is None:
-            raise OSError("no sys.argv[0]")
-        with open(path, encoding="utf-8") as f:
-            ast.parse(f.read(), path)
-    except (OSError, ValueError, SyntaxError) as exc:
-        return f"MindSpore hashes the entry script and cannot read this process's ({path}: {exc})"
-    return ""
+        try:
+            api._get_compile_cache_dep_files()  # what MindSpore runs inside every compile with the cache on
+            problem = ""
+        except Exception as exc:  # anything it raises would be raised inside a compile
+            problem = f"MindSpore cannot hash its entry script {ENTRY} ({type(exc).__name__}: {exc})"
+        yield problem
+    finally:
+        api.entry_script_path = saved
 
 
 def compiled_graphs() -> int:
@@ -136,15 +142,19 @@ class GraphCache:
             except OSError:
                 yield CacheUse(self.path, "off", "another process is filling or reading it")
                 return
-            use = self._prepare()
-            _PROCESS["path"] = self.path
-            os.environ["MS_COMPILER_CACHE_ENABLE"] = "1"
-            os.environ["MS_COMPILER_CACHE_PATH"] = self.path
-            try:
-                yield use
-            finally:
-                os.environ.pop("MS_COMPILER_CACHE_ENABLE", None)  # nothing after the plan is cached (any value
-                # of the variable, even "0", turns the cache on)
+            with _entry_script() as problem:
+                if problem:
+                    yield CacheUse(self.path, "off", problem)
+                    return
+                use = self._prepare()
+                _PROCESS["path"] = self.path
+                os.environ["MS_COMPILER_CACHE_ENABLE"] = "1"
+                os.environ["MS_COMPILER_CACHE_PATH"] = self.path
+                try:
+                    yield use
+                finally:
+                    os.environ.pop("MS_COMPILER_CACHE_ENABLE", None)  # nothing after the plan is cached (any value
+                    # of the variable, even "0", turns the cache on)
             if use.mode == "fill":
                 write_text(os.path.join(self.path, MARKER),
                            json.dumps({"labels": self.labels, "counts": use.counts}, indent=1))
@@ -158,7 +168,7 @@ class GraphCache:
             return "MS_COMPILER_CACHE_ENABLE is set outside: the cache is not ours to key"
         if compiled_graphs():
             return "graphs were compiled before the plan: its order would not be the cached one"
-        return _entry_script_problem()
+        return ""
 
     def _prepare(self) -> CacheUse:
         marker = os.path.join(self.path, MARKER)
