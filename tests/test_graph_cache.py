@@ -221,3 +221,17 @@ def test_a_second_server_start_loads_the_batch_engines_warm_up_and_serves_the_sa
     # greedy, sampled, head-only and plain requests in one batch met no graph the warm-up had not compiled
     assert first["after_plan"] == 0 and second["after_plan"] == 0
     assert second["tokens"] == first["tokens"] and all(first["tokens"])
+
+
+def test_a_lock_file_pruned_between_open_and_lock_is_not_trusted(tmp_path, fresh_process, monkeypatch):
+    cache = GraphCache(str(tmp_path), {"k": 1}, LABELS)
+    real_flock = fcntl.flock
+
+    def flock_after_prune(f, op):
+        real_flock(f, op)
+        os.remove(cache.path + ".lock")  # pruned by another process between our open and our lock
+        open(cache.path + ".lock", "a").close()  # and a third process made a new one (it may lock that one)
+
+    monkeypatch.setattr(graph_cache.fcntl, "flock", flock_after_prune)
+    with cache.open() as use:
+        assert use.mode == "off" and "another process" in use.reason

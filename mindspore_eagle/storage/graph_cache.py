@@ -139,6 +139,8 @@ class GraphCache:
         try:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if os.fstat(lock.fileno()).st_ino != os.stat(self.path + ".lock").st_ino:
+                    raise OSError("the lock file was pruned while we opened it")  # another process may hold a new one
             except OSError:
                 yield CacheUse(self.path, "off", "another process is filling or reading it")
                 return
