@@ -165,10 +165,12 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def test_a_second_process_loads_every_graph_of_the_plan_and_decodes_the_same_tokens(tmp_path):
+def run_twice(tmp_path, source: str) -> tuple[dict, dict]:
+    """Run the child script ``source`` in two fresh processes on one cache root; their JSON lines. The first must
+    fill the cache and the second load it, the same number of graphs, more than ten."""
     default_model_or_skip()
     child = tmp_path / "child.py"
-    child.write_text(CHILD)
+    child.write_text(source)
     runs = []
     for _ in range(2):
         proc = subprocess.run([sys.executable, str(child), str(tmp_path / "graphs")], capture_output=True, text=True,
@@ -177,7 +179,12 @@ def test_a_second_process_loads_every_graph_of_the_plan_and_decodes_the_same_tok
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     first, second = runs
     assert (first["mode"], second["mode"]) == ("fill", "load")
-    assert first["graphs"] == second["graphs"] > 10  # teacher, row moves, head context and growth
+    assert first["graphs"] == second["graphs"] > 10
+    return first, second
+
+
+def test_a_second_process_loads_every_graph_of_the_plan_and_decodes_the_same_tokens(tmp_path):
+    first, second = run_twice(tmp_path, CHILD)  # teacher, row moves, head context and growth
     # the plan is complete: the warm-up and the request (tree buckets the adaptive budget chose) compiled nothing
     assert first["after_plan"] == 0 and second["after_plan"] == 0
     assert second["tokens"] == first["tokens"]
@@ -206,18 +213,7 @@ BATCH_CHILD = textwrap.dedent("""
 
 
 def test_a_second_server_start_loads_the_batch_engines_warm_up_and_serves_the_same_tokens(tmp_path):
-    default_model_or_skip()
-    child = tmp_path / "batch_child.py"
-    child.write_text(BATCH_CHILD)
-    runs = []
-    for _ in range(2):
-        proc = subprocess.run([sys.executable, str(child), str(tmp_path / "graphs")], capture_output=True, text=True,
-                              timeout=600, env={**os.environ, "GLOG_v": "3"})
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    first, second = runs
-    assert (first["mode"], second["mode"]) == ("fill", "load")
-    assert first["graphs"] == second["graphs"] > 10
+    first, second = run_twice(tmp_path, BATCH_CHILD)
     # greedy, sampled, head-only and plain requests in one batch met no graph the warm-up had not compiled
     assert first["after_plan"] == 0 and second["after_plan"] == 0
     assert second["tokens"] == first["tokens"] and all(first["tokens"])
