@@ -14,12 +14,14 @@ visible rows only, with the same batch invariance.
     choice.py     MatmulChoice: which backend/dtype a model's Linears use (chosen by ``compute.choose``, passed
                   explicitly)
     layout.py     packed panel layouts of the weights (numpy, made once at load), GGUF blocks included
-    build.py      compiles compute.cc once per instruction set + isa.cc, linear.cc, attention.cc, layer.cc into one
-                  library in the project home, loads it, or says why not; builds the self-test (selftest.cc)
+    build.py      compiles compute.cc once per instruction set + isa.cc, linear.cc, attention.cc, layer.cc, rows.cc
+                  into one library in the project home, loads it, or says why not; builds the self-test (selftest.cc)
     ops.py        LinearKernel (the AOT Custom op + packed weight, fused RMSNorm/SwiGLU/residual variants),
                   kernel_status, pack_weights, check_packed
     cache_ops.py  TreeAttentionKernel (fused attention, in-place K/V writes), RowMoveKernel (in-place commit),
                   DecoderLayerKernel (a teacher layer's five kernels as one op)
+    row_ops.py    RowTopKKernel (rows.cc: greedy token, finite flag and top-k of logits rows in one pass; the
+                  training data's teacher forward)
 """
 
 from .cache_ops import (DecoderLayerKernel, RowMoveKernel, TreeAttentionKernel, fused_attention_supported,

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from ..storage.paths import home
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = tuple(os.path.join(_HERE, name) for name in ("isa.cc", "linear.cc", "attention.cc", "layer.cc"))
+SOURCES = tuple(os.path.join(_HERE, name) for name in ("isa.cc", "linear.cc", "attention.cc", "layer.cc", "rows.cc"))
 COMPUTE = os.path.join(_HERE, "compute.cc")  # compiled once per instruction-set path
 HEADERS = tuple(os.path.join(_HERE, name) for name in ("kernels.h", "simd.h"))
 CXX = "g++"

@@ -50,6 +50,8 @@ class TopKTeacher(nn.Cell):
         super().__init__(auto_prefix=False)  # the teacher's Parameters keep their names (checkpoints, the trainer)
         self.teacher = teacher_cell
         self.k = k
+        self.row_kernel = _row_kernel(k) if device == "CPU" else None
+        self.use_row_kernel = self.row_kernel is not None
         self.topk = ops.TopK(sorted=True)
         self.rule_in_ops = device != "CPU"
         self.argmax = ops.Argmax(axis=-1, output_type=ms.int32)
@@ -57,6 +59,9 @@ class TopKTeacher(nn.Cell):
 
     def construct(self, input_ids, positions, mask, cache_rows):
         logits, aux = self.teacher(input_ids, positions, mask, cache_rows)  # [B, T, V], [B, T, 3H]
+        if self.use_row_kernel:
+            greedy, finite, ids, values = self.row_kernel(logits)
+            return greedy, finite, ids, ops.cast(values, ms.float16), ops.cast(aux, ms.float16)
         values, ids = self.topk(logits, self.k)  # [B, T, k] each, descending
         if self.rule_in_ops:
             greedy = first_argmax(logits)  # [B, T] int32
@@ -64,6 +69,17 @@ class TopKTeacher(nn.Cell):
             greedy = self.argmax(logits)
         finite = ops.isfinite(self.row_sum(logits, -1))  # one NaN or inf anywhere in the row makes its sum so
         return greedy, finite, ops.cast(ids, ms.int32), ops.cast(values, ms.float16), ops.cast(aux, ms.float16)
+
+
+def _row_kernel(k: int):
+    """``kernels.row_ops.RowTopKKernel`` where the kernel library runs (the same outputs as MindSpore's ops, in a
+    few milliseconds instead of ~39 per 64 rows), else None (MindSpore's TopK, Argmax and ReduceSum)."""
+    from ..kernels.row_ops import RowTopKKernel
+
+    try:
+        return RowTopKKernel(k)
+    except ConfigError:
+        return None
 
 
 @dataclass(frozen=True)
