@@ -231,3 +231,17 @@ def test_a_lock_file_pruned_between_open_and_lock_is_not_trusted(tmp_path, fresh
     monkeypatch.setattr(graph_cache.fcntl, "flock", flock_after_prune)
     with cache.open() as use:
         assert use.mode == "off" and "another process" in use.reason
+
+
+def test_there_is_no_plan_where_nothing_compiles():
+    from types import SimpleNamespace
+
+    from mindspore_eagle.app.compile_plan import compile_ahead
+    from mindspore_eagle.runtime import ExecMode
+
+    def stack(fused: bool, mode: ExecMode):
+        teacher = SimpleNamespace(cell=SimpleNamespace(fused_attention=fused))
+        return SimpleNamespace(engine=SimpleNamespace(teacher=teacher, runtime=SimpleNamespace(exec_mode=mode)))
+
+    assert compile_ahead(stack(True, ExecMode.REFERENCE)) is None  # PyNative: the plan would only run forwards
+    assert compile_ahead(stack(False, ExecMode.PERFORMANCE)) is None  # primitive attention: no plan (docstring)

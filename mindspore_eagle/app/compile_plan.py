@@ -131,9 +131,11 @@ class PlanReport:
 def compile_ahead(stack, proposer=None, sampled: bool = False, cache_root: str | None = None) -> PlanReport | None:
     """Run the plan of ``stack`` (an ``app.build.Stack``) and ``proposer`` before any request, through the compile
     cache under ``cache_root`` (None: no cache). None when the teacher has no plan (the primitive attention
-    path)."""
+    path, or PyNative "reference" mode: nothing compiles)."""
+    from ..runtime import ExecMode
+
     engine = stack.engine
-    if not engine.teacher.cell.fused_attention:
+    if not engine.teacher.cell.fused_attention or engine.runtime.exec_mode is not ExecMode.PERFORMANCE:
         return None
     outputs = (engine.teacher.greedy_output,) + (("logits",) if sampled and engine.teacher.greedy_output != "logits"
                                                  else ())
