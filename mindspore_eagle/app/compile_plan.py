@@ -7,7 +7,7 @@ The graphs (fused-attention teacher: one mask width; the default on every CPU wi
    "logits" for sampled ones), one forward of a chain in a round that is then discarded;
 2. the cache's row-move graph of every tree bucket of 3 rows or more (a path ``[0, 2]``; smaller trees never move
    a row);
-3. the draft head's context forward at every bucket (``Eagle3Proposer.warm_up``) and its growth graph.
+3. the draft head's context forward at every bucket (``Eagle3Proposer.warm_up_steps``) and its growth graph.
 
 Why a plan and not the harness's warm-up alone: the warm-up runs requests, and which tree buckets a request meets
 first depends on the adaptive budget's measured times, so its compile order changes from run to run -- and the
@@ -47,11 +47,10 @@ def plan_steps(engine, proposer=None, outputs: tuple[str, ...] = ("argmax",)) ->
     steps = [PlanStep(f"teacher {out} t={t} w={width}", _teacher_forward(engine, out, t))
              for out in outputs for t in sizes]
     if proposer is not None:
-        steps += [PlanStep(f"cache row-move b={b}", _row_move(cache, b)) for b in sizes if b >= 3]
+        steps += [PlanStep(f"cache row-move b={b}", lambda b=b: cache.warm_up_commit(b)) for b in sizes if b >= 3]
     head = proposer.eagle if isinstance(proposer, HybridProposer) else proposer
     if isinstance(head, Eagle3Proposer):
-        steps += [PlanStep(f"head context b={b}", _head_context(head, b))
-                  for b in head.buckets.sizes if b <= head.cache.max_len]
+        steps += [PlanStep(label, run) for label, run in head.warm_up_steps()]
         steps.append(PlanStep(f"head growth {head.budget}", _head_growth(head)))
     return steps
 
@@ -65,23 +64,6 @@ def _teacher_forward(engine, output: str, t: int) -> Callable[[], None]:
         ids = [0] * t
         engine.teacher.forward(ForwardInputs.for_tree(TreeLayout.chain(ids), L, t, engine.teacher.max_len), output)
         engine.cache.reset()
-    return run
-
-
-def _row_move(cache, b: int) -> Callable[[], None]:
-    def run() -> None:
-        cache.reset()
-        cache.begin_round(b)
-        cache.commit([0, 2])
-        cache.reset()
-    return run
-
-
-def _head_context(head, b: int) -> Callable[[], None]:
-    def run() -> None:
-        head.reset()
-        head.extend([0] * b, np.zeros((b, 3 * head.head.cfg.target_hidden_size), np.float32))
-        head.reset()
     return run
 
 

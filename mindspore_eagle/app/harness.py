@@ -92,12 +92,9 @@ def warm_up(engine: SpeculativeEngine, proposer_for: ProposerFactory | None, exa
     _warm_up_context_buckets(engine, example)
     _warm_up_head(proposer)
     if proposer_for is not None:
-        # The row-move graph of each tree bucket: a path [0, 2] moves one row; the round is then discarded.
-        for b in rt.buckets.sizes:
+        for b in rt.buckets.sizes:  # the row-move graph of each tree bucket
             if b >= 3:
-                engine.cache.reset()
-                engine.cache.begin_round(b)
-                engine.cache.commit([0, 2])
+                engine.cache.warm_up_commit(b)
         engine.cache.reset()
 
 

@@ -172,6 +172,14 @@ class BranchableKVCache:
         """Start a new conversation: committed length 0, no round open."""
         self.state.reset()
 
+    def warm_up_commit(self, bucket: int) -> None:
+        """Compile the row-move graph of ``bucket`` (one per tree bucket; smaller than 3 rows a path never moves a
+        row): a path ``[0, 2]`` moves one row in a round that is then discarded. Leaves the cache reset."""
+        self.reset()
+        self.begin_round(bucket)
+        self.commit([0, 2])
+        self.reset()
+
     # ----- commit ------------------------------------------------------------------------------------
 
     def commit(self, path: Sequence[int], parents: Sequence[int] | None = None) -> int:

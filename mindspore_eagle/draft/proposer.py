@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from mindspore import Parameter, Tensor, nn
@@ -204,13 +204,22 @@ class Eagle3Proposer:
         growth, every token committed while the suffix branch drafted alone, so any bucket can come up in the
         middle of a request, and the first one would compile there (about 1.1 s for the default head on a 2-core
         CPU: a fifth of a 96-token ``make demo`` generation). Requests a caller times come after this."""
-        width = 3 * self.head.cfg.target_hidden_size
         run = [b for b in self.buckets.sizes if b not in self.first_call_s and b <= self.cache.max_len]
         for b in run:
-            self.reset()
-            self.extend([0] * b, np.zeros((b, width), np.float32))
-        self.reset()
+            self._context_once(b)
         return run
+
+    def warm_up_steps(self) -> list[tuple[str, Callable[[], None]]]:
+        """The context forward at every bucket the head's cache holds, as labelled steps in one fixed order (one
+        graph each; ``app.compile_plan`` runs them through the compile cache)."""
+        return [(f"head context b={b}", lambda b=b: self._context_once(b))
+                for b in self.buckets.sizes if b <= self.cache.max_len]
+
+    def _context_once(self, bucket: int) -> None:
+        """One context forward of ``bucket`` zero entries, then the context forgotten."""
+        self.reset()
+        self.extend([0] * bucket, np.zeros((bucket, 3 * self.head.cfg.target_hidden_size), np.float32))
+        self.reset()
 
     def grow(self) -> GrownTree:
         """Grow this round's tree from the root (the last committed entry): the best ``max_nodes`` nodes, with
