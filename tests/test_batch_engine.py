@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mindspore_eagle.runtime import Buckets, RuntimeConfig
+from mindspore_eagle.draft import hybrid
 from mindspore_eagle.draft.budget import VerifyCosts
 from mindspore_eagle.engine import SpeculativeEngine
 from mindspore_eagle.errors import CacheCapacityError, ConfigError
@@ -144,7 +145,8 @@ def test_heads_growing_together_keep_every_request_lossless(stack, prompts, refe
     engine = stack.engine
     monkeypatch.setattr(engine, "_plan_growth", lambda decoding, adaptive, caps, wanting, fixed: wanting)
     saved = engine.proposer_factory
-    engine.proposer_factory = proposer_factory(engine.buckets, stack.drafting, engine.heads, explore_every=1)
+    engine.proposer_factory = proposer_factory(engine.buckets, stack.drafting, engine.heads, explore_every=1,
+                                               gain_guard=False)
     graphs, grown = engine.heads.growths, engine.heads.grown
     try:
         reqs = [engine.submit(p, 40, stack.eos) for p in prompts]
@@ -157,6 +159,27 @@ def test_heads_growing_together_keep_every_request_lossless(stack, prompts, refe
     together = engine.heads.grown - grown
     assert together == sum(r.stats.head_growths for r in reqs)
     assert engine.heads.growths - graphs < together  # several requests' growths shared a graph
+    assert_no_slot_leaked(engine)
+
+
+def test_requests_whose_drafts_do_not_pay_sleep_in_the_batch_and_stay_lossless(stack, prompts, reference,
+                                                                               monkeypatch):
+    """Draft rows priced far above what an accepted token is worth: the gain guard of every request that runs past
+    its probe sends it to sleep (plain steps, nothing looked up or verified), and every request still equals its
+    batch-1 greedy tokens."""
+    engine = stack.engine
+    monkeypatch.setattr(engine, "_row_prices", lambda plan, bucket: (1.0, 1000.0))
+    monkeypatch.setattr(hybrid, "WAKE_MATCH", 16)  # no early wake-up on a copy: each sleep runs its course
+    made, factory = [], engine.proposer_factory
+    monkeypatch.setattr(engine, "proposer_factory", lambda *a: made.append(factory(*a)) or made[-1])
+    reqs = [engine.submit(p, 40, stack.eos) for p in prompts]
+    drain(engine)
+    assert len(made) == len(reqs)
+    for i, (req, ref, prop) in enumerate(zip(reqs, reference, made)):
+        assert tuple(req.tokens) == tuple(ref[:len(req.tokens)]), i
+        assert req.stats.draft_steps <= req.stats.steps - prop.guard.slept_steps  # asleep: nothing verified
+    for req, prop in zip(reqs, made):  # a request that ran past its probe slept
+        assert (prop.guard.slept_steps > 0) == (req.stats.steps > prop.guard.probe), req.stats
     assert_no_slot_leaked(engine)
 
 

@@ -249,3 +249,21 @@ def test_acceptance_ratio_scales_estimates_by_what_the_teacher_accepts_and_recov
     assert AcceptanceRatio().scale(np.array([0.9]))[0] <= 1.0
     r.observe(1.0, 5)  # more accepted than estimated: estimates scale up, capped at p = 1
     assert r.factor > 1.0 and r.scale(np.array([0.9]))[0] == 1.0
+
+
+def test_a_request_the_gain_guard_puts_to_sleep_still_equals_greedy(setup):
+    """A clock that makes every step look dearer than the tokens it saves: the guard sleeps (plain steps) and wakes
+    (drafts again) within the request, and the output is still the teacher's greedy output token for token."""
+    from tests.test_gain_guard import Clock
+
+    teacher, eagle, _, futures = setup
+    slept = []
+    for prompt, future in zip(PROMPTS, futures):
+        prop = HybridProposer(DraftingConfig(proposer="hybrid", budget="adaptive", max_nodes=16), eagle,
+                              buckets=teacher.runtime.buckets, costs=CHEAP_GROWTH, clock=Clock(0.010))
+        gen = SpeculativeEngine(teacher).generate(prompt, N, proposer=prop)
+        assert list(gen.tokens) == future
+        assert len(prop.log) == gen.cycles
+        slept.append(prop.guard.slept_steps)
+        assert sum(s.nodes > 1 for s in prop.log) > 0  # awake spells drafted
+    assert min(slept) > 0

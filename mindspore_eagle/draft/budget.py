@@ -221,6 +221,85 @@ def should_grow(suffix_sorted: np.ndarray, q1: float, profile: EagleProfile, cos
     return with_growth.rate > without.rate
 
 
+class GainGuard:
+    """Whether looking for drafts pays this request at all: the realised gain of the speculative steps over plain
+    decoding, and a dormant spell (no lookup, no growth, no tree: plain steps at greedy's cost) when it is negative.
+
+    Why: the adaptive rule weighs each tree against a plain step, but the speculative path pays work on every step
+    whatever it decides (the suffix lookup, the bookkeeping of ``accept``, the head's growths and their catch-ups),
+    and the candidates' estimates may promise more than the teacher accepts. Where nothing is accepted those costs
+    make a request slower than greedy (``make demo``'s prompt on an AVX-512 Xeon with native weights: 101-108 vs
+    116 decode tok/s at tau 1.05, 30 two-row trees of which 4 accepted a token). No estimate sees that; a measured
+    gain does. Only which steps look for drafts changes, never what is accepted: lossless either way.
+
+    The rule, per request. Each verified step of an awake spell adds ``(accepted + 1) * plain_ms - step_ms`` (the
+    milliseconds it saved against plain decoding; ``plain_ms`` a plain step's cost, ``step_ms`` the whole step's,
+    drafting included) to a sum decayed by ``decay`` per step. After ``probe`` steps of a spell, a negative sum sends
+    the request to sleep for ``sleep`` plain steps; it wakes with an empty sum and probes again. Each spell that ends
+    asleep doubles the next sleep up to ``max_sleep``; a spell that was ever in profit (sum > 0 after its probe)
+    resets it to ``min_sleep``. So a request where drafting never pays looks on about ``probe / (probe + max_sleep)``
+    of its steps, and one where it pays never sleeps while it pays.
+
+    Example, probe 2, decay 1, plain 10 ms: steps of 11 ms with nothing accepted (-1, -1) -> asleep for ``min_sleep``
+    steps; one of 14 ms accepting 1 (+6) keeps it awake."""
+
+    def __init__(self, probe: int = 8, decay: float = 0.9, min_sleep: int = 8, max_sleep: int = 64):
+        for name, v in (("probe", probe), ("min_sleep", min_sleep), ("max_sleep", max_sleep)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"GainGuard.{name}={v!r}: must be an integer >= 1")
+        if max_sleep < min_sleep:
+            raise ConfigError(f"GainGuard.max_sleep={max_sleep} < min_sleep={min_sleep}")
+        if not 0 < decay <= 1:
+            raise ConfigError(f"GainGuard.decay={decay}: must be in (0, 1]")
+        self.probe, self.decay, self.min_sleep, self.max_sleep = probe, float(decay), min_sleep, max_sleep
+        self.reset()
+
+    def reset(self) -> None:
+        """A new request: awake, nothing learnt (what pays depends on the conversation)."""
+        self.asleep = 0  # plain steps left in the current sleep
+        self.next_sleep = self.min_sleep
+        self.slept_steps = 0  # plain steps taken asleep in this request
+        self._new_spell()
+
+    def _new_spell(self) -> None:
+        self.gain_ms = 0.0  # decayed sum of the awake steps' saved ms
+        self.awake_steps = 0
+        self._paid = False  # the spell was in profit after its probe
+
+    @property
+    def dormant(self) -> bool:
+        return self.asleep > 0
+
+    def wake(self) -> None:
+        """End the sleep now (the caller sees drafts worth a look), with an empty sum and the sleep length kept."""
+        if self.asleep > 0:
+            self.asleep = 0
+            self._new_spell()
+
+    def sleep_step(self) -> None:
+        """One plain step taken asleep; the last one wakes the request with an empty sum."""
+        if self.asleep > 0:
+            self.asleep -= 1
+            self.slept_steps += 1
+            if self.asleep == 0:
+                self._new_spell()
+
+    def observe(self, accepted: int, step_ms: float, plain_ms: float) -> None:
+        """One verified awake step: ``accepted`` draft tokens, ``step_ms`` its whole cost, ``plain_ms`` a plain
+        step's cost (the verification of one row)."""
+        self.gain_ms = self.decay * self.gain_ms + (accepted + 1) * plain_ms - step_ms
+        self.awake_steps += 1
+        if self.awake_steps < self.probe:
+            return
+        if self.gain_ms > 0:
+            self._paid = True
+            return
+        if self._paid:
+            self.next_sleep = self.min_sleep
+        self.asleep = self.next_sleep
+        self.next_sleep = min(2 * self.next_sleep, self.max_sleep)
+
+
 MIN_SAMPLE_MS = 1e-3
 """The shortest step cost ``CostTracker`` learns from: no verification or growth takes under a microsecond."""
 
@@ -311,6 +390,7 @@ def _median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
-__all__ = ["BudgetPlan", "CostTracker", "DEFAULT_BUCKET_MS", "DEFAULT_GROW_MS", "EagleProfile", "MIN_SAMPLE_MS",
+__all__ = ["BudgetPlan", "CostTracker", "DEFAULT_BUCKET_MS", "DEFAULT_GROW_MS", "EagleProfile", "GainGuard",
+           "MIN_SAMPLE_MS",
            "VerifyCosts",
            "plan_budget", "should_grow"]

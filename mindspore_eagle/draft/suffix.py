@@ -165,6 +165,13 @@ class SuffixIndex:
                 return d
         return 0
 
+    def match_at_least(self, length: int) -> bool:
+        """Whether the sequence's last ``length`` tokens (1..max_match) occurred earlier: ``longest_match() >=
+        length`` in O(1), for a check on every step."""
+        if not 1 <= length <= self.max_match:
+            raise ConfigError(f"match_at_least({length}): the index holds matches of 1..{self.max_match} tokens")
+        return len(self._active) > length and self._prev[length][len(self._seq)] != NO_OCCURRENCE
+
     def matches(self, max_occurrences: int, min_match: int = 1) -> list[Match]:
         """Earlier occurrences of the sequence's suffixes of ``min_match..max_match`` tokens: those of the
         longest matching suffix first (most recent first), then occurrences of shorter suffixes not yet

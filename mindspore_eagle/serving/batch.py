@@ -95,6 +95,8 @@ class Request:
     finished_s: float | None = None
     noise: PositionNoise | None = None  # the request's position-keyed sampling noise (verify.PositionNoise)
     _aux: list = field(default_factory=list, repr=False)  # prompt rows' EAGLE-3 features (for the proposer)
+    _draft_ms: float = field(default=0.0, repr=False)  # this step's host time in its proposer (the gain guard's)
+    _awake: bool = field(default=False, repr=False)  # this step drafted by the adaptive rule (the guard weighs it)
 
     @property
     def finished(self) -> bool:
@@ -244,6 +246,7 @@ class BatchEngine:
         self.free_slots: list[int] = list(range(max_seqs))
         self._ids = itertools.count()
         self.steps = 0
+        self._grew_ids: set = set()  # requests whose head grew this step (the gain guard charges them its cost)
 
     @staticmethod
     def cache_rows(max_seqs: int, slot_len: int, largest_bucket: int) -> int:
@@ -399,12 +402,21 @@ class BatchEngine:
         caps = [min(req.max_nodes, self.slot_len - req.written) for req in decoding]  # bound, and rows left
         adaptive = [cap > 1 and req.proposer is not None and hasattr(req.proposer, "wants_growth")
                     and getattr(req.proposer, "budget", "") == "adaptive" for req, cap in zip(decoding, caps)]
-        wanting = [i for i, (req, a) in enumerate(zip(decoding, adaptive)) if a and req.proposer.wants_growth(req.root)]
+        asleep = [False] * len(decoding)
+        wanting = []
+        for i, (req, a) in enumerate(zip(decoding, adaptive)):
+            t = time.perf_counter()
+            asleep[i] = a and req.proposer.asleep(req.root)
+            if a and not asleep[i] and req.proposer.wants_growth(req.root):
+                wanting.append(i)
+            req._draft_ms, req._awake = (time.perf_counter() - t) * 1000, a and not asleep[i]
+        adaptive = [a and not s for a, s in zip(adaptive, asleep)]
         kept = set(self._plan_growth(decoding, adaptive, caps, wanting, fixed))
         for i in wanting:
             if i not in kept:
                 decoding[i].proposer.skip_growth()
         growing = [decoding[i] for i in sorted(kept)]
+        self._grew_ids = {r.id for r in growing}
         t0 = time.perf_counter()
         grown = dict(zip((r.id for r in growing), self._grow(growing)))
         grow_ms = (time.perf_counter() - t0) * 1000
@@ -412,9 +424,10 @@ class BatchEngine:
             self.growth_costs.observe(len(growing), grow_ms)
         drafted: list[object] = []  # per decoding request: None (root only), a TreeLayout, or candidates
         ranked: list[np.ndarray] = []
-        for req, cap, a in zip(decoding, caps, adaptive):
+        for req, cap, a, s in zip(decoding, caps, adaptive, asleep):
             prop, c, p = req.proposer, None, np.zeros(0)
-            if cap > 1 and prop is not None:
+            t = time.perf_counter()
+            if cap > 1 and prop is not None and not s:
                 c = prop.draft_from(req.root, grown.get(req.id)) if a else prop.propose(req.root)
                 req.stats.head_growths += req.id in grown
                 if isinstance(c, TreeLayout):
@@ -424,6 +437,7 @@ class BatchEngine:
                         fixed += c.num_nodes - 1
                 else:
                     p = prop.scaled_probs(c)[:cap - 1]
+            req._draft_ms += (time.perf_counter() - t) * 1000
             drafted.append(c)
             ranked.append(p)
         counts, _ = plan_rows(ranked, fixed, self.costs.costs())
@@ -499,6 +513,7 @@ class BatchEngine:
         out = self.teacher.forward(ForwardInputs(ids, positions, rows, mask, off), output)
         greedy_ids = out.argmax[0] if out.argmax is not None else None
         events, src, dst = [], [], []
+        prices = self._row_prices(plan, bucket)
         for (req, layout, kind), (o, n) in zip(plan, spans):
             if kind == 0:
                 events += self._after_prefill(req, layout, out, o, n, greedy_ids)
@@ -517,7 +532,10 @@ class BatchEngine:
             req.stats.draft_steps += layout.num_nodes > 1
             req.stats.accepted += acc.num_accepted
             if req.proposer is not None:
+                t = time.perf_counter()
                 req.proposer.accept(acc, out.aux_hidden[0, [o + i for i in acc.path]])
+                req._draft_ms += (time.perf_counter() - t) * 1000
+                self._weigh_gain(req, layout, acc.num_accepted, prices, grow_ms)
             events.append(self._emit(req, list(acc.tokens)))
         moves = sum(s.size for s in src)
         if moves:
@@ -530,6 +548,29 @@ class BatchEngine:
         self.costs.observe(bucket, (time.perf_counter() - t0) * 1000 - grow_ms)
         self.steps += 1
         return [e for e in events if e.tokens or e.finish_reason]
+
+    def _row_prices(self, plan, bucket: int) -> tuple[float, float]:
+        """What the gain guards weigh this step with (``_weigh_gain``): a plain row's ms (the cost of the step's
+        rows without drafts, over their count) and a draft row's (what the drafts added to the forward, over their
+        count; 0 when they only filled the bucket's padding)."""
+        table = dict(self.costs.costs().bucket_ms)
+        fixed = sum(1 if kind == 1 else lay.num_nodes for _, lay, kind in plan)
+        drafts = sum(lay.num_nodes - 1 for _, lay, kind in plan if kind == 1)
+        base = table[self.buckets.fit(fixed)]
+        return base / fixed, (table[bucket] - base) / drafts if drafts else 0.0
+
+    def _weigh_gain(self, req: Request, layout: TreeLayout, accepted: int, prices: tuple[float, float],
+                    grow_ms: float) -> None:
+        """Feed ``req``'s gain guard (``budget.GainGuard``) what its drafting saved this step, in milliseconds of
+        the batch's throughput: each accepted draft is a token the batch emitted without a step, worth a plain row
+        (``prices``); against it, its draft rows, its share of the heads' growth and its proposer's host time. Why
+        here: the proposer cannot time its share of a batched forward. Asleep and fixed-budget steps weigh nothing."""
+        guard = getattr(req.proposer, "guard", None)
+        if guard is None or not req._awake:
+            return
+        plain, row = prices
+        growth = grow_ms / len(self._grew_ids) if req.id in self._grew_ids else 0.0
+        guard.observe(accepted, plain + (layout.num_nodes - 1) * row + growth + req._draft_ms, plain)
 
     def _after_prefill(self, req: Request, layout: TreeLayout, out, o: int, n: int, greedy_ids) -> list[Event]:
         req.written += n

@@ -28,7 +28,8 @@ class BatchStack:
     drafting: DraftingConfig | None  # None: no speculation
 
 
-def proposer_factory(buckets: Buckets, drafting: DraftingConfig, heads=None, explore_every: int | None = None):
+def proposer_factory(buckets: Buckets, drafting: DraftingConfig, heads=None, explore_every: int | None = None,
+                     gain_guard: bool = True):
     """``make(slot, source)``: the ``HybridProposer`` for the request admitted to ``slot``, as ``drafting`` describes
     it or with the request's own draft source (``source``, ``request_drafting``); the engine ranks its candidates
     globally (``build_batch`` refuses a fixed budget). With ``heads`` (``SlotHeads``) its head drafts in the slot's
@@ -37,13 +38,14 @@ def proposer_factory(buckets: Buckets, drafting: DraftingConfig, heads=None, exp
     engine's one proposer keeps it across requests: the ``AcceptanceRatio`` (what the teacher accepts) and the
     ``EagleProfile`` (what the head's candidates are worth, which decides when it grows); a fresh one per request
     would start every request at the prior. ``explore_every``: the proposers' (None: ``HybridProposer``'s default;
-    tests set 1 to grow the head every step)."""
+    tests set 1 to grow the head every step); ``gain_guard``: theirs (the engine feeds it; tests that need every
+    step drafted turn it off)."""
     from ..draft.budget import AcceptanceRatio, EagleProfile, VerifyCosts
     from ..draft.hybrid import HybridProposer
 
     costs = VerifyCosts().covering(buckets.sizes)
     ratio, profile = AcceptanceRatio(), EagleProfile()
-    extra = {} if explore_every is None else {"explore_every": explore_every}
+    extra = {"gain_guard": gain_guard} | ({} if explore_every is None else {"explore_every": explore_every})
 
     def make(slot: int, source: str | None = None):
         config = drafting if source is None else request_drafting(drafting, source)
