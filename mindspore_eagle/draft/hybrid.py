@@ -40,8 +40,8 @@ Asleep (adaptive budget: ``budget.GainGuard``, fed by the proposer's own clock o
 steps' measured gain over plain decoding turns negative, ``propose`` returns the root alone without looking anything
 up for a spell of steps (``accept`` still indexes the tokens and queues them for the head), and wakes early when the
 index finds a match of ``WAKE_MATCH`` tokens, where copying starts. Replayed over the 240-turn trace (native Q4_1
-weights, AVX-512 Xeon), turns below 0.95x of greedy 16 -> 4, mean speedup 1.66 -> 1.69; without the early wake-up it
-slept through copied stretches (1.61).
+weights, AVX-512 Xeon; ``experiments/replay_gain_guard.py``), turns below 0.95x of greedy 16 -> 4 and decode time
+over all turns 1.66x -> 1.69x of greedy's; without the early wake-up it slept through copied stretches (1.61x).
 
 ``log`` holds one ``StepProposal`` per step of the current request (what was proposed, from which source, and
 what was accepted), for traces and ablations.
