@@ -64,6 +64,9 @@ def test_matches_equal_a_naive_scan_at_every_prefix(seq, max_match, max_occ, min
         assert index.matches(max_occ, min(min_match, max_match)) == want
         longest = max((m.length for m in naive_matches(prefix, max_match, 1)), default=0)
         assert index.longest_match() == longest
+        # the gain guard's O(1) wake-up check: the last `length` tokens occurred earlier
+        assert [index.match_at_least(d) for d in range(1, max_match + 1)] == [longest >= d
+                                                                             for d in range(1, max_match + 1)]
 
 
 @settings(max_examples=100, deadline=None)
@@ -119,6 +122,15 @@ def test_a_loop_is_continued_periodically():
     trie = continuation_trie(seq, index.matches(1), 7)
     assert trie.tokens.tolist() == [5, 6, 4, 5, 6, 4, 5, 6]
     assert trie.periodic.tolist() == [False, False, False, False, True, True, True, True]
+
+
+def test_match_at_least_refuses_a_length_the_index_does_not_hold():
+    index = SuffixIndex(4)
+    index.extend([1, 2, 1, 2])
+    assert index.match_at_least(2) and not index.match_at_least(3)
+    for bad in (0, 5):
+        with pytest.raises(ConfigError, match="match_at_least"):
+            index.match_at_least(bad)
 
 
 def test_extend_refuses_negative_ids_and_configs_name_the_field():

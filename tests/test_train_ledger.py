@@ -20,7 +20,8 @@ import pytest
 from mindspore_eagle.errors import DataError, IdentityError
 from mindspore_eagle.train import ledger as ledger_mod
 from mindspore_eagle.train.ledger import Entry, export_ledger, part_paths, read_ledger, read_part, write_part
-from mindspore_eagle.train.rebuild import rebuild_from_ledger
+from mindspore_eagle.train.data import finished_conversations
+from mindspore_eagle.train.rebuild import MAX_MISMATCHED, rebuild_from_ledger
 
 NEW = 8  # max_new_tokens
 PROMPT = 150  # max_prompt_tokens: with NEW and the generator's 64 follow-up rows the caches fit the 256 positions
@@ -301,16 +302,49 @@ def test_a_ledger_retargets_to_a_reconversion_whose_greedy_answers_it_still_hold
     assert read_ledger(str(moved)).identity["teacher"] == directory_fingerprint(other)
 
 
-def test_a_retargeted_answer_that_is_not_the_teachers_greedy_choice_is_refused(sessions, teacher_dir, tmp_path):
+def forge(book: str, where, n: int):
+    """A copy of ledger ``book`` (one part) whose first ``n`` conversations have answer token 2 of their first turn
+    changed (a printable character; the token after it, EOS or not, stays: still shaped as a generated answer);
+    returns (path, forged ids)."""
+    whole = read_ledger(book)
+    long = [c for c, e in whole.entries.items() if len(e.answers[0]) > 3]
+    assert len(long) >= n, len(long)
+    out = dict(whole.entries)
+    for cid in long[:n]:
+        answer = whole.entries[cid].answers[0].copy()
+        answer[2] = 10 if answer[2] != 10 else 11
+        out[cid] = Entry(whole.entries[cid].source, (answer,) + whole.entries[cid].answers[1:])
+    path = where / f"forged-{n}"
+    write_part(str(path), whole.identity, out)
+    return str(path), long[:n]
+
+
+def test_an_answer_that_is_not_the_teachers_greedy_choice_is_refused(sessions, teacher_dir, tmp_path):
     _, book, *_ = sessions
-    header, entries = read_part(part_paths(book)[0])
-    cid, entry = next((c, e) for c, e in entries.items() if len(e.answers[0]) == NEW)  # no EOS to keep in place
-    answer = entry.answers[0].copy()
-    answer[2] = 10 if answer[2] != 10 else 11  # a printable character, not EOS: shaped as a generated answer
-    forged = tmp_path / "forged"
-    write_part(str(forged), header["identity"], {cid: Entry(entry.source, (answer,) + entry.answers[1:])})
-    with pytest.raises(DataError, match=f"ledger conversation {cid} turn 1: answer token 2 is {answer[2]}"):
-        rebuild_from_ledger(str(forged), reconverted(teacher_dir, tmp_path), str(tmp_path / "out"), chunk=16,
+    forged, (cid,) = forge(book, tmp_path, 1)
+    with pytest.raises(DataError, match=f"ledger conversation {cid} turn 1: answer token 2 is "):
+        rebuild_from_ledger(forged, teacher_dir, str(tmp_path / "out"), chunk=16)
+
+
+def test_a_retargeted_rebuild_leaves_out_and_names_a_conversation_another_arithmetic_answered(sessions, teacher_dir,
+                                                                                               tmp_path, capsys):
+    """A re-conversion computed otherwise flips a greedy token where two logits nearly tie: that conversation is no
+    longer this teacher's answer, so it is left out and named; the others are rebuilt."""
+    _, book, *_ = sessions
+    forged, (cid,) = forge(book, tmp_path, 1)
+    stats = rebuild_from_ledger(forged, reconverted(teacher_dir, tmp_path), str(tmp_path / "out"), chunk=16,
+                                retarget=True)
+    assert stats.mismatched == (cid,)
+    assert stats.conversations == len(read_ledger(forged).entries) - 1
+    assert cid not in finished_conversations(str(tmp_path / "out"))
+    assert f"left out: ledger conversation {cid} turn 1: answer token 2 is " in capsys.readouterr().err
+
+
+def test_a_retargeted_rebuild_whose_answers_are_not_the_teachers_stops(sessions, teacher_dir, tmp_path):
+    _, book, *_ = sessions
+    forged, _ = forge(book, tmp_path, MAX_MISMATCHED + 1)
+    with pytest.raises(DataError, match="not a re-conversion of the teacher that wrote the ledger"):
+        rebuild_from_ledger(forged, reconverted(teacher_dir, tmp_path), str(tmp_path / "out"), chunk=16,
                             retarget=True)
 
 

@@ -301,7 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     rb.add_argument("--time-limit", type=float, default=None, help="stop (resumably) after this many seconds")
     rb.add_argument("--retarget", action="store_true",
                     help="the ledger was written by another conversion of this teacher (another fingerprint): rebuild "
-                         "with this one, checking every answer token against its greedy choice; the data directory "
+                         "with this one, checking every answer token against its greedy choice (a conversation that "
+                         "fails is left out and named; more than 5 and 1%% stop the rebuild); the data directory "
                          "records this teacher (export it into a new ledger directory)")
     sh = sub.add_parser("show", help="print a ledger's counts and size as one JSON line")
     sh.add_argument("--ledger", required=True)
@@ -327,7 +328,9 @@ def main(argv: list[str] | None = None) -> int:
             s = rebuild_from_ledger(a.ledger, teacher, out, a.chunk, time_limit_s=a.time_limit, retarget=a.retarget)
             print(f"{s.conversations} conversations rebuilt ({s.skipped} already there), {s.answer_tokens} answer "
                   f"tokens, {s.rows_fed} rows fed in {s.seconds:.1f} s (+ {s.setup_seconds:.1f} s set-up): "
-                  f"{s.answer_tok_s:.1f} answer tok/s, {s.rows_fed / max(s.seconds, 1e-9):.1f} rows/s; data in {out}")
+                  f"{s.answer_tok_s:.1f} answer tok/s, {s.rows_fed / max(s.seconds, 1e-9):.1f} rows/s; data in {out}"
+                  + (f"; left out (not this teacher's greedy answers): {', '.join(s.mismatched)}" if s.mismatched
+                     else ""))
         else:
             print(json.dumps(summary(read_ledger(a.ledger))))
     except KeyboardInterrupt:
