@@ -391,6 +391,4 @@ def _median(values: Sequence[float]) -> float:
 
 
 __all__ = ["BudgetPlan", "CostTracker", "DEFAULT_BUCKET_MS", "DEFAULT_GROW_MS", "EagleProfile", "GainGuard",
-           "MIN_SAMPLE_MS",
-           "VerifyCosts",
-           "plan_budget", "should_grow"]
+           "MIN_SAMPLE_MS", "VerifyCosts", "plan_budget", "should_grow"]

@@ -221,10 +221,7 @@ class HybridProposer:
         if self.index.match_at_least(WAKE_MATCH):
             self.guard.wake()
             return False
-        root = int(root_token)
-        if self.index.tokens[-1] != root:
-            raise TreeInvariantError(f"propose({root}): the committed sequence ends with {self.index.tokens[-1]}; "
-                                     "call accept() with every committed token first")
+        self._check_root(root_token)
         self.guard.sleep_step()
         self._suffix, self._last, self._grew, self._step_started = None, None, False, None
         self._since_growth += 1  # its tokens join the next catch-up
@@ -254,10 +251,7 @@ class HybridProposer:
         step (eagle mode or a fixed budget: always; adaptive hybrid: ``should_grow``, and at least every
         ``explore_every`` steps). The batch engine calls it for every request, grows the heads that said yes in
         one batched growth (after ``catch_up``), and hands each its candidates through ``draft_from``."""
-        root = int(root_token)
-        if self.index.tokens[-1] != root:
-            raise TreeInvariantError(f"propose({root}): the committed sequence ends with {self.index.tokens[-1]}; "
-                                     "call accept() with every committed token first")
+        self._check_root(root_token)
         self._suffix = (suffix_proposal(self.index, self.suffix_cfg, self.calibration) if self.mode != "eagle"
                         else None)
         suffix = self._suffix[0] if self._suffix is not None else None
@@ -269,6 +263,13 @@ class HybridProposer:
         self._since_growth = 0 if grow else self._since_growth + 1
         self._grew = grow
         return grow
+
+    def _check_root(self, root_token: int) -> None:
+        """TreeInvariantError unless ``root_token`` is the last committed token (every accepted token indexed)."""
+        root = int(root_token)
+        if self.index.tokens[-1] != root:
+            raise TreeInvariantError(f"propose({root}): the committed sequence ends with {self.index.tokens[-1]}; "
+                                     "call accept() with every committed token first")
 
     def growth_estimate(self) -> tuple[np.ndarray, np.ndarray]:
         """After ``wants_growth``: the suffix candidates' p as the rule ranks them (largest first) and what a growth

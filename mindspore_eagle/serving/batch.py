@@ -95,7 +95,7 @@ class Request:
     finished_s: float | None = None
     noise: PositionNoise | None = None  # the request's position-keyed sampling noise (verify.PositionNoise)
     _aux: list = field(default_factory=list, repr=False)  # prompt rows' EAGLE-3 features (for the proposer)
-    _draft_ms: float = field(default=0.0, repr=False)  # this step's host time in its proposer (the gain guard's)
+    _draft_ms: float = field(default=0.0, repr=False)  # this step's drafting ms: its proposer's, its growth share
     _awake: bool = field(default=False, repr=False)  # this step drafted by the adaptive rule (the guard weighs it)
 
     @property
@@ -246,7 +246,6 @@ class BatchEngine:
         self.free_slots: list[int] = list(range(max_seqs))
         self._ids = itertools.count()
         self.steps = 0
-        self._grew_ids: set = set()  # requests whose head grew this step (the gain guard charges them its cost)
 
     @staticmethod
     def cache_rows(max_seqs: int, slot_len: int, largest_bucket: int) -> int:
@@ -416,12 +415,13 @@ class BatchEngine:
             if i not in kept:
                 decoding[i].proposer.skip_growth()
         growing = [decoding[i] for i in sorted(kept)]
-        self._grew_ids = {r.id for r in growing}
         t0 = time.perf_counter()
         grown = dict(zip((r.id for r in growing), self._grow(growing)))
         grow_ms = (time.perf_counter() - t0) * 1000
         if growing:
             self.growth_costs.observe(len(growing), grow_ms)
+        for req in growing:  # each its share of the batched growth, for its gain guard
+            req._draft_ms += grow_ms / len(growing)
         drafted: list[object] = []  # per decoding request: None (root only), a TreeLayout, or candidates
         ranked: list[np.ndarray] = []
         for req, cap, a, s in zip(decoding, caps, adaptive, asleep):
@@ -535,7 +535,7 @@ class BatchEngine:
                 t = time.perf_counter()
                 req.proposer.accept(acc, out.aux_hidden[0, [o + i for i in acc.path]])
                 req._draft_ms += (time.perf_counter() - t) * 1000
-                self._weigh_gain(req, layout, acc.num_accepted, prices, grow_ms)
+                self._weigh_gain(req, layout, acc.num_accepted, prices)
             events.append(self._emit(req, list(acc.tokens)))
         moves = sum(s.size for s in src)
         if moves:
@@ -559,18 +559,17 @@ class BatchEngine:
         base = table[self.buckets.fit(fixed)]
         return base / fixed, (table[bucket] - base) / drafts if drafts else 0.0
 
-    def _weigh_gain(self, req: Request, layout: TreeLayout, accepted: int, prices: tuple[float, float],
-                    grow_ms: float) -> None:
+    def _weigh_gain(self, req: Request, layout: TreeLayout, accepted: int, prices: tuple[float, float]) -> None:
         """Feed ``req``'s gain guard (``budget.GainGuard``) what its drafting saved this step, in milliseconds of
         the batch's throughput: each accepted draft is a token the batch emitted without a step, worth a plain row
-        (``prices``); against it, its draft rows, its share of the heads' growth and its proposer's host time. Why
-        here: the proposer cannot time its share of a batched forward. Asleep and fixed-budget steps weigh nothing."""
+        (``prices``); against it, its draft rows and its drafting time (``Request._draft_ms``: its proposer's host
+        time and its share of the heads' growth). Why here: the proposer cannot time its share of a batched forward.
+        Asleep and fixed-budget steps weigh nothing."""
         guard = getattr(req.proposer, "guard", None)
         if guard is None or not req._awake:
             return
         plain, row = prices
-        growth = grow_ms / len(self._grew_ids) if req.id in self._grew_ids else 0.0
-        guard.observe(accepted, plain + (layout.num_nodes - 1) * row + growth + req._draft_ms, plain)
+        guard.observe(accepted, plain + (layout.num_nodes - 1) * row + req._draft_ms, plain)
 
     def _after_prefill(self, req: Request, layout: TreeLayout, out, o: int, n: int, greedy_ids) -> list[Event]:
         req.written += n
