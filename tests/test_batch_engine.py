@@ -183,6 +183,49 @@ def test_requests_whose_drafts_do_not_pay_sleep_in_the_batch_and_stay_lossless(s
     assert_no_slot_leaked(engine)
 
 
+def test_a_growing_requests_gain_guard_is_charged_its_share_of_the_batched_growth(stack, prompts, monkeypatch):
+    """Every batched growth made 60 ms dearer: on each step a request grew, its gain guard is charged at least its
+    share of that growth (60 ms over the requests that grew together) on top of its rows; on steps it did not grow,
+    none of it. Draft rows are priced at 0, so the growth share is what the charge holds beyond the host time."""
+    import time as _time
+    from mindspore_eagle.draft.budget import GainGuard
+
+    engine, delay_ms = stack.engine, 60.0
+    monkeypatch.setattr(engine, "_row_prices", lambda plan, bucket: (1.0, 0.0))
+    share: dict[int, float] = {}  # guard -> its share of this step's growth
+    grow = engine._grow
+
+    def slow_grow(growing):
+        out = grow(growing)
+        _time.sleep(delay_ms / 1000)
+        share.update({id(r.proposer.guard): delay_ms / len(growing) for r in growing})
+        return out
+
+    charged: list[tuple[float, float]] = []  # (charged step ms - plain row ms, growth share)
+    observe = GainGuard.observe
+
+    def recording(self, accepted, step_ms, plain_ms):
+        charged.append((step_ms - plain_ms, share.pop(id(self), 0.0)))
+        return observe(self, accepted, step_ms, plain_ms)
+
+    forward_step = engine._forward_step
+
+    def step():
+        share.clear()  # shares of one step only
+        return forward_step()
+
+    monkeypatch.setattr(engine, "_grow", slow_grow)
+    monkeypatch.setattr(engine, "_forward_step", step)
+    monkeypatch.setattr(GainGuard, "observe", recording)
+    reqs = [engine.submit(p, 24, stack.eos) for p in prompts]
+    drain(engine)
+    grew = [(ms, s) for ms, s in charged if s > 0]
+    assert grew and sum(r.stats.head_growths for r in reqs) > 0
+    assert all(ms >= s for ms, s in grew), grew
+    assert all(ms < delay_ms / len(prompts) for ms, s in charged if s == 0)  # host time only, far below a share
+    assert_no_slot_leaked(engine)
+
+
 def test_bench_batch_compares_every_run_with_c1_greedy_and_the_single_request_engine(stack, prompts):
     from mindspore_eagle.serving.bench import bench_batch
     from mindspore_eagle.serving.stack import single_proposer

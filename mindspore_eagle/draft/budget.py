@@ -117,12 +117,17 @@ def plan_budget(sorted_probs: np.ndarray, costs: VerifyCosts, draft_ms: float) -
 
     Example, costs {1: 70, 8: 125, 16: 126}, draft 0, p = [0.9, 0.8, 0.7]: E = 1 / 3.4 / 3.4, rates 0.0143 /
     0.0272 / 0.0270 -> bucket 8 with 4 nodes."""
-    p = np.asarray(sorted_probs, np.float64).reshape(-1)
-    cum = np.concatenate([[1.0], 1.0 + np.cumsum(p)])  # cum[k] = E with the k best candidates
+    # cum[k] = E with the k best candidates, summed in order as np.cumsum would; Python floats, because this runs
+    # several times per request and step on a handful of numbers, where numpy's call overhead dominates
+    p = np.asarray(sorted_probs, np.float64).reshape(-1)[:costs.bucket_ms[-1][0] - 1].tolist()
+    cum, total = [1.0], 0.0
+    for x in p:
+        total += x
+        cum.append(1.0 + total)
     best = None
     for bucket, ms in costs.bucket_ms:
-        n = min(bucket, p.size + 1)
-        e = float(cum[n - 1])
+        n = min(bucket, len(p) + 1)
+        e = cum[n - 1]
         rate = e / (ms + draft_ms)
         if best is None or rate > best.rate + 1e-12:
             best = BudgetPlan(n, bucket, e, rate)

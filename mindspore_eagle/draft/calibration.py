@@ -44,13 +44,11 @@ def node_features(trie: ContinuationTrie) -> NodeFeatures:
     Example: root children a (match 5, count 2) and b (match 5, count 1), a's only child c: roles a, b =
     tied, c = only; m_eff a = b = 5, c = 6."""
     n, par, match = trie.num_nodes, trie.parents[1:], trie.match[1:]
-    siblings = np.zeros(n, np.int64)
-    np.add.at(siblings, par, 1)
+    siblings = np.bincount(par, minlength=n)
     best = np.zeros(n, np.int64)
     np.maximum.at(best, par, match)
     holds = match == best[par]
-    holders = np.zeros(n, np.int64)
-    np.add.at(holders, par, holds.astype(np.int64))
+    holders = np.bincount(par, weights=holds, minlength=n)
     role = np.where(siblings[par] == 1, ROLE_ONLY,
                     np.where(holds, np.where(holders[par] == 1, ROLE_LEADER, ROLE_TIED), ROLE_OTHER))
     return NodeFeatures(trie.match + trie.depth - 1, np.concatenate([[ROLE_ONLY], role]).astype(np.int64),
@@ -85,10 +83,13 @@ class SuffixCalibration:
             raise ConfigError("SuffixCalibration.table: every entry is a probability in [0, 1]")
         object.__setattr__(self, "table", tuple(tuple(tuple(float(x) for x in r) for r in p) for p in arr))
         object.__setattr__(self, "_array", arr)
+        # the edges as arrays once: searchsorted would convert the tuples on every lookup (every drafting step)
+        object.__setattr__(self, "_match_edges", np.asarray(self.match_edges, np.int64))
+        object.__setattr__(self, "_count_edges", np.asarray(self.count_edges, np.int64))
 
     def cells(self, f: NodeFeatures) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        i = np.searchsorted(self.match_edges, f.m_eff, side="right") - 1
-        k = np.searchsorted(self.count_edges, f.count, side="right") - 1
+        i = np.searchsorted(self._match_edges, f.m_eff, side="right") - 1
+        k = np.searchsorted(self._count_edges, f.count, side="right") - 1
         return np.maximum(i, 0), f.role, np.maximum(k, 0)
 
     def q(self, f: NodeFeatures) -> np.ndarray:

@@ -126,8 +126,8 @@ class SuffixIndex:
     # ----- updates ----------------------------------------------------------------------------------------
     def extend(self, tokens: Iterable[int]) -> None:
         """Append ``tokens`` (non-negative ids) to the sequence and index every new occurrence."""
-        seq, children, last, count, prev, m = (self._seq, self._children, self._last, self._count, self._prev,
-                                               self.max_match)
+        seq, children, last, count = self._seq, self._children, self._last, self._count
+        rows = self._prev[1:]  # rows[d - 1] = _prev[d]: the active node of depth d - 1 grows into depth d
         active = self._active
         for t in tokens:
             t = int(t)
@@ -136,22 +136,22 @@ class SuffixIndex:
             seq.append(t)
             s = len(seq)  # continuation start of every occurrence ending at the new token
             new_active = [0]
-            depth = 0
-            for v in active[:m]:  # the suffix of length `depth` grows into the one of length depth + 1
-                depth += 1
+            for v, row in zip(active, rows):  # the suffix of length d grows into the one of length d + 1
                 w = children[v].get(t)
-                if w is None:
-                    w = len(children)
+                if w is None:  # the first occurrence of this substring
+                    w = len(last)
                     children[v][t] = w
                     children.append({})
-                    last.append(NO_OCCURRENCE)
-                    count.append(0)
-                prev[depth].append(last[w])
-                last[w] = s
-                count[w] += 1
+                    last.append(s)
+                    count.append(1)
+                    row.append(NO_OCCURRENCE)
+                else:
+                    row.append(last[w])
+                    last[w] = s
+                    count[w] += 1
                 new_active.append(w)
-            for d in range(depth + 1, m + 1):  # suffixes longer than the sequence: keep _prev[d] aligned
-                prev[d].append(NO_OCCURRENCE)
+            for row in rows[len(new_active) - 1:]:  # suffixes longer than the sequence: keep _prev[d] aligned
+                row.append(NO_OCCURRENCE)
             active = new_active
         self._active = active
 
@@ -289,8 +289,7 @@ def _score(trie: ContinuationTrie, features: NodeFeatures, calibration) -> np.nd
     par = trie.parents
     q = calibration.q(features)
     q[0] = 1.0
-    total = np.zeros(n)
-    np.add.at(total, par[1:], q[1:])
+    total = np.bincount(par[1:], weights=q[1:], minlength=n)  # summed in node order, as np.add.at would
     q[1:] /= np.maximum(total[par[1:]], 1.0)
     p = q.tolist()
     parents = par.tolist()
