@@ -24,8 +24,10 @@ demo: model
 	$(BIN)/mindspore-eagle generate --prompt "$(PROMPT)" --max-new-tokens 96
 
 # Default suite (CI): everything not marked slow. MSE_REQUIRE_DEFAULT_MODEL turns a missing model into a failure.
+# Two pytest workers, each test file on one of them (its module fixtures built once): much of the suite is graph
+# compilation and host Python, which one core runs while the other computes.
 test: model
-	MSE_REQUIRE_DEFAULT_MODEL=1 MSE_REQUIRE_EVAL_DATA=1 $(BIN)/python -m pytest -q --durations=15 -m "not slow and not arm" --ignore=tests/mindformers tests
+	MSE_REQUIRE_DEFAULT_MODEL=1 MSE_REQUIRE_EVAL_DATA=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15 -m "not slow and not arm" --ignore=tests/mindformers tests
 
 test-slow: model
 	MSE_REQUIRE_DEFAULT_MODEL=1 MSE_REQUIRE_EVAL_DATA=1 $(BIN)/python -m pytest -q -m slow --ignore=tests/mindformers tests
