@@ -139,6 +139,8 @@ const LinearCase kLinear[] = {
     {"lin_q4_wide", mse::kQ4, mse::kNone, false, false, 64, 64, 48},
     {"lin_q8_plain", mse::kQ8, mse::kNone, false, false, 9, 64, 50},
     {"lin_q8_norm", mse::kQ8, mse::kNorm, false, true, 16, 576, 96},
+    {"lin_q4_rows8", mse::kQ4, mse::kNorm, true, true, 8, 576, 208},
+    {"lin_q8_rows6", mse::kQ8, mse::kGlu, false, true, 6, 96, 80},
 };
 
 // `dense`: a quantized case computed by the fp32 kernel on the converter's values of its weights instead.
