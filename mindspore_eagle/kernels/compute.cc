@@ -275,14 +275,28 @@ const auto kBlocksQ8 = table_q<true>(std::make_integer_sequence<int, kMaxRM>{});
 #if defined(MSE_ISA_AVX512)
 constexpr int kMaxRMQ = 8, kWideRN = 3;
 template <bool Q8, int... RMs>
-constexpr std::array<BlockQ, sizeof...(RMs)> wide_q(std::integer_sequence<int, RMs...>) {
-  return {&block_q<kMaxRM + 1 + RMs, kWideRN, Q8>...};
+constexpr std::array<std::array<BlockQ, kWideRN>, sizeof...(RMs)> wide_q(std::integer_sequence<int, RMs...>) {
+  return {row_q<kMaxRM + 1 + RMs, Q8>(std::make_integer_sequence<int, kWideRN>{})...};
 }
-const auto kWideQ4 = wide_q<false>(std::make_integer_sequence<int, kMaxRMQ - kMaxRM>{});  // [RM - kMaxRM - 1]
+const auto kWideQ4 = wide_q<false>(std::make_integer_sequence<int, kMaxRMQ - kMaxRM>{});  // [RM - kMaxRM - 1][RN - 1]
 const auto kWideQ8 = wide_q<true>(std::make_integer_sequence<int, kMaxRMQ - kMaxRM>{});
 #else
 constexpr int kMaxRMQ = kMaxRM;
 #endif
+
+// The register block of `rm` <= kMaxRMQ rows x `rn` panels of quantized weights, and its widest `rn`.
+int q_panels(int rm) {
+#if defined(MSE_ISA_AVX512)
+  if (rm > kMaxRM) return kWideRN;
+#endif
+  return std::min(kMaxRN, panels_for_rows(rm));
+}
+BlockQ q_block(bool q8, int rm, int rn) {
+#if defined(MSE_ISA_AVX512)
+  if (rm > kMaxRM) return (q8 ? kWideQ8 : kWideQ4)[rm - kMaxRM - 1][rn - 1];
+#endif
+  return (q8 ? kBlocksQ8 : kBlocksQ4)[rm - 1][rn - 1];
+}
 
 // One 32-row block of a quantized panel rebuilt as fp32 panel rows out[32][16] (the weights block_q uses).
 void dequant_block(const uint8_t* blk, bool q8, float* out) {
@@ -377,41 +391,20 @@ void dense_chunk(const LinearJob& c, int64_t p0, int64_t p1, const float* wf) {
   }
 }
 
-// Chunk `item` of the job into y. Quantized weights with at most one row block (decode, small trees) go
-// through block_q, which rebuilds each weight in registers on its way to the row block's accumulators.
+// Chunk `item` of the job into y. Quantized weights with at most one row block (decode, small trees: up to 4 rows,
+// 8 on AVX-512) go through block_q, which rebuilds each weight in registers on its way to the row block's
+// accumulators.
 void linear_chunk(const LinearJob& c, int64_t item) {
   const int64_t p0 = item * c.chunk, p1 = std::min(c.np, p0 + c.chunk);
   if ((c.fmt == kQ4 || c.fmt == kQ8) && c.M > kMaxRMQ) return quant_chunk_rows(c, p0, p1);
-#if defined(MSE_ISA_AVX512)
-  if ((c.fmt == kQ4 || c.fmt == kQ8) && c.M > kMaxRM) {  // one wide row block (above)
-    const int64_t KB = c.K / kQBlock, bytes = c.fmt == kQ4 ? kQ4Bytes : kQ8Bytes;
-    const BlockQ block = (c.fmt == kQ4 ? kWideQ4 : kWideQ8)[c.M - kMaxRM - 1];
-    for (int64_t p = p0; p < p1; p += kWideRN) {
-      const int64_t n0 = p * kLanes;
-      if (p + kWideRN <= p1) {
-        block(c.x, c.K, c.wq + p * KB * bytes, KB, 0, c.K, c.y + n0, c.N, c.bias ? c.bias + n0 : nullptr,
-              c.res ? c.res + n0 : nullptr, true, c.N - n0);
-      } else {  // the chunk's last panels, narrower than a wide block: 4-row blocks
-        for (int64_t m0 = 0; m0 < c.M; m0 += kMaxRM) {
-          const int rm = (int)std::min<int64_t>(kMaxRM, c.M - m0), rn = (int)(p1 - p);
-          (c.fmt == kQ4 ? kBlocksQ4 : kBlocksQ8)[rm - 1][rn - 1](
-              c.x + m0 * c.K, c.K, c.wq + p * KB * bytes, KB, 0, c.K, c.y + m0 * c.N + n0, c.N,
-              c.bias ? c.bias + n0 : nullptr, c.res ? c.res + m0 * c.N + n0 : nullptr, true, c.N - n0);
-        }
-      }
-    }
-    return;
-  }
-#endif
   if (c.fmt == kQ4 || c.fmt == kQ8) {
     const int64_t KB = c.K / kQBlock, bytes = c.fmt == kQ4 ? kQ4Bytes : kQ8Bytes;
-    const int rm = (int)c.M, rn_max = std::min(kMaxRN, panels_for_rows(rm));
+    const int rm = (int)c.M, rn_max = q_panels(rm);
     for (int64_t p = p0; p < p1 && rm > 0; p += rn_max) {
       const int rn = (int)std::min<int64_t>(rn_max, p1 - p);
       const int64_t n0 = p * kLanes;
-      (c.fmt == kQ4 ? kBlocksQ4 : kBlocksQ8)[rm - 1][rn - 1](c.x, c.K, c.wq + p * KB * bytes, KB, 0, c.K, c.y + n0,
-                                                             c.N, c.bias ? c.bias + n0 : nullptr,
-                                                             c.res ? c.res + n0 : nullptr, true, c.N - n0);
+      q_block(c.fmt == kQ8, rm, rn)(c.x, c.K, c.wq + p * KB * bytes, KB, 0, c.K, c.y + n0, c.N,
+                                    c.bias ? c.bias + n0 : nullptr, c.res ? c.res + n0 : nullptr, true, c.N - n0);
     }
     return;
   }
