@@ -74,19 +74,48 @@ def target_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     """
     z = logits.astype(np.float64) / params.temperature
     if params.top_k:
-        kth = np.sort(z)[-min(params.top_k, z.size)]
+        k = min(params.top_k, z.size)
+        kth = np.partition(z, z.size - k)[z.size - k]  # the k-th largest: np.sort(z)[-k] without sorting V values
         z = np.where(z >= kth, z, -np.inf)
     p = np.exp(z - z.max())
     p /= p.sum()
     if params.top_p < 1:
-        order = np.argsort(-p, kind="stable")
-        cum = np.cumsum(p[order])
-        keep = order[: int(np.searchsorted(cum, params.top_p) + 1)]
         mask = np.zeros_like(p, bool)
-        mask[keep] = True
+        mask[nucleus(p, params.top_p)] = True
         p = np.where(mask, p, 0.0)
         p /= p.sum()
     return p
+
+
+NUCLEUS_FIRST = 64
+"""Tokens ``nucleus`` ranks first (then 8x more, until the mass is reached or the whole vocabulary is ranked)."""
+
+
+def nucleus(p: np.ndarray, top_p: float) -> np.ndarray:
+    """The ids top-p keeps: the shortest prefix of the tokens in decreasing ``p`` (ties by id) whose cumulative mass
+    (``np.cumsum`` in that order) reaches ``top_p``; all of them when it never does.
+
+    Why not one stable sort of the vocabulary: it cost ~5 ms per sampled position (V = 49,152; a decode forward
+    is ~10 ms), and the mass sits in a few tokens. So the ``m`` most likely are ranked first: every token at least
+    as likely as the ``m``-th (ties included, in id order) is exactly the first entries of the full order, and a
+    cumulative sum is sequential, so its prefix is the full sum's prefix, bit for bit. If the mass is reached
+    inside them, that is the answer; else ``m`` grows. Same ids as the full sort, always."""
+    size = p.size
+    m = NUCLEUS_FIRST
+    while m < size:
+        threshold = np.partition(p, size - m)[size - m]  # the m-th largest probability
+        # ids in increasing order (ties stay in id order below); fewer than m tokens have mass (top-k ran before):
+        # just those, the zeros after them add nothing to the sum
+        candidates = np.flatnonzero(p >= threshold) if threshold > 0 else np.flatnonzero(p > 0)
+        order = candidates[np.argsort(-p[candidates], kind="stable")]
+        j = int(np.searchsorted(np.cumsum(p[order]), top_p))
+        if j < order.size:
+            return order[:j + 1]
+        if threshold == 0:
+            break  # every token with mass did not reach top_p: all of them (the full order below)
+        m *= 8
+    order = np.argsort(-p, kind="stable")
+    return order[:int(np.searchsorted(np.cumsum(p[order]), top_p)) + 1]
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from scipy import stats
 
 from mindspore_eagle.errors import ConfigError
 from mindspore_eagle.tree import TreeLayout
-from mindspore_eagle.verify import (PositionNoise, SamplingParams, accept_greedy, accept_sampling, sample_token,
-                                   target_probs)
+from mindspore_eagle.verify import (NUCLEUS_FIRST, PositionNoise, SamplingParams, accept_greedy, accept_sampling,
+                                   nucleus, sample_token, target_probs)
 
 V = 6
 
@@ -71,6 +71,63 @@ def test_target_probs_top_k_and_top_p_keep_the_right_support():
     p = target_probs(logits, SamplingParams(temperature=1.0, top_p=0.8))  # 0.5+0.2 < 0.8 <= 0.85
     np.testing.assert_allclose(p[:3], np.array([0.5, 0.2, 0.15]) / 0.85, atol=1e-6)
     assert p[3:].sum() == 0
+
+
+def _probs_by_full_sort(logits, params):
+    """Reference: temperature, top-k by a full sort, top-p by one stable sort of the whole vocabulary, cumulative
+    mass summed one token at a time in Python (the definition, written out)."""
+    z = logits.astype(np.float64) / params.temperature
+    if params.top_k:
+        kth = sorted(z.tolist())[-min(params.top_k, z.size)]
+        z = np.where(z >= kth, z, -np.inf)
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    if params.top_p < 1:
+        ranked = sorted(range(p.size), key=lambda i: (-p[i], i))  # decreasing p, ties by id
+        keep, mass = [], 0.0
+        for i in ranked:
+            keep.append(i)
+            mass += float(p[i])
+            if mass >= params.top_p:
+                break
+        mask = np.zeros(p.size, bool)
+        mask[keep] = True
+        p = np.where(mask, p, 0.0)
+        p /= p.sum()
+    return p
+
+
+def _vocab_logits(rng, kind, v=4096):
+    if kind == "peaked":  # the mass in a few tokens (a trained model's usual row)
+        return (rng.standard_normal(v) * 4).astype(np.float32)
+    if kind == "flat":  # the mass spread over far more than NUCLEUS_FIRST tokens: the ranking must widen
+        return (rng.standard_normal(v) * 0.05).astype(np.float32)
+    # ties: few distinct values, so the m-th largest ties with many tokens on both sides of any cut
+    return rng.integers(0, 6, v).astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", ["peaked", "flat", "ties"])
+def test_target_probs_equal_the_full_sort_bit_for_bit(kind):
+    rng = np.random.default_rng({"peaked": 1, "flat": 2, "ties": 3}[kind])
+    for trial in range(12):
+        logits = _vocab_logits(rng, kind)
+        for params in (SamplingParams(0.7, top_p=float(rng.uniform(0.05, 0.999))),
+                       SamplingParams(1.3, top_p=0.95, top_k=int(rng.integers(1, 300))),
+                       SamplingParams(1.0, top_k=int(rng.integers(1, 4096))), SamplingParams(0.5, top_p=1e-9),
+                       SamplingParams(2.0, top_p=0.9999999), SamplingParams(1.0, top_p=0.9999999, top_k=5)):
+            got, want = target_probs(logits, params), _probs_by_full_sort(logits, params)
+            assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), (kind, trial, params)
+
+
+def test_nucleus_widens_its_ranking_until_the_mass_is_reached():
+    p = np.full(10 * NUCLEUS_FIRST, 1.0 / (10 * NUCLEUS_FIRST))  # uniform: the mass needs most of the tokens
+    keep = nucleus(p, 0.9)
+    assert keep.size > NUCLEUS_FIRST * 8 and list(keep) == list(range(keep.size))  # ties by id
+    assert list(nucleus(p, 1.5)) == list(range(p.size))  # never reached: every token
+    sparse = np.zeros(1000)
+    sparse[[9, 5, 7]] = [0.2, 0.5, 0.3]  # fewer tokens with mass than the first ranking takes (top-k ran before)
+    assert list(nucleus(sparse, 0.7)) == [5, 7]
+    assert list(nucleus(sparse, 1.5)) == [5, 7, 9] + [i for i in range(1000) if i not in (5, 7, 9)]
 
 
 def _first_two_tokens_distribution(logits_by_node, tree, params, n, seed):
