@@ -23,11 +23,16 @@ X86 = platform.machine().lower() in ("x86_64", "amd64")
 
 
 @pytest.fixture(scope="module")
-def native_selftest(tmp_path_factory):
+def selftest_exe(tmp_path_factory):
     exe = str(tmp_path_factory.mktemp("selftest") / "mse_selftest")
     failure = build.build_selftest(exe)
     assert failure == "", failure
-    proc = subprocess.run([exe], capture_output=True, text=True, timeout=300)
+    return exe
+
+
+@pytest.fixture(scope="module")
+def native_selftest(selftest_exe):
+    proc = subprocess.run([selftest_exe], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -59,6 +64,18 @@ def test_quantized_kernels_equal_the_fp32_kernel_on_the_converters_values_on_eve
     the fp32 kernel on weights dequantized the converter's way ((d * q) + m in float32), for 5..64 rows."""
     lines = [line for line in native_selftest.splitlines() if line.startswith("exact_")]
     assert len(lines) >= 5 * 2 and all(line.endswith(" ok") for line in lines), lines
+
+
+def test_quantized_rows_give_the_same_bits_through_the_wide_block_and_the_l1_slabs(selftest_exe, native_selftest):
+    """On AVX-512, 5-8 quantized rows take one wide register block or the L1 slabs depending on the core
+    (``wide_rows`` in compute.cc: AMD stops the wide block at 7 rows); MSE_WIDE_Q_ROWS forces either. Every case on
+    every path must hash the same both ways (its 5-, 6- and 8-row cases cross the limit)."""
+    default = build.parse_selftest(native_selftest)
+    for rows in ("4", "8"):
+        proc = subprocess.run([selftest_exe], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "MSE_WIDE_Q_ROWS": rows})
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert build.parse_selftest(proc.stdout) == default, rows
 
 
 def test_an_unknown_or_unavailable_path_is_refused():

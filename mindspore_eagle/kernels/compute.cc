@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -280,8 +281,24 @@ constexpr std::array<std::array<BlockQ, kWideRN>, sizeof...(RMs)> wide_q(std::in
 }
 const auto kWideQ4 = wide_q<false>(std::make_integer_sequence<int, kMaxRMQ - kMaxRM>{});  // [RM - kMaxRM - 1][RN - 1]
 const auto kWideQ8 = wide_q<true>(std::make_integer_sequence<int, kMaxRMQ - kMaxRM>{});
+// Rows up to which quantized weights take the wide block; more rows go through the L1 slabs (quant_chunk_rows).
+// Which is faster at 8 rows depends on the core: linear kernels of a native Q4_1 forward, 2 threads, wide / slabs:
+// Intel Xeon (AVX-512 on 512-bit units) 16.0 / 18.8 ms, AMD EPYC Zen 4 (AVX-512 on 256-bit halves) 27-31 / 22-26 ms
+// (at 5 rows Zen 4 still gains: 17-19 / 19-24 ms). So AMD stops at 7. Same bits either way (the same rebuilt
+// weights and fma chains); MSE_WIDE_Q_ROWS=4..8 overrides (4: never wide), which the self-test's test runs both ways.
+int wide_rows() {
+  static const int rows = [] {
+    const char* env = std::getenv("MSE_WIDE_Q_ROWS");
+    const int v = env ? std::atoi(env) : 0;
+    if (v >= kMaxRM && v <= kMaxRMQ) return v;
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amd") ? kMaxRMQ - 1 : kMaxRMQ;
+  }();
+  return rows;
+}
 #else
 constexpr int kMaxRMQ = kMaxRM;
+int wide_rows() { return kMaxRM; }
 #endif
 
 // The register block of `rm` <= kMaxRMQ rows x `rn` panels of quantized weights, and its widest `rn`.
@@ -392,11 +409,11 @@ void dense_chunk(const LinearJob& c, int64_t p0, int64_t p1, const float* wf) {
 }
 
 // Chunk `item` of the job into y. Quantized weights with at most one row block (decode, small trees: up to 4 rows,
-// 8 on AVX-512) go through block_q, which rebuilds each weight in registers on its way to the row block's
+// 7-8 on AVX-512, wide_rows) go through block_q, which rebuilds each weight in registers on its way to the row block's
 // accumulators.
 void linear_chunk(const LinearJob& c, int64_t item) {
   const int64_t p0 = item * c.chunk, p1 = std::min(c.np, p0 + c.chunk);
-  if ((c.fmt == kQ4 || c.fmt == kQ8) && c.M > kMaxRMQ) return quant_chunk_rows(c, p0, p1);
+  if ((c.fmt == kQ4 || c.fmt == kQ8) && c.M > wide_rows()) return quant_chunk_rows(c, p0, p1);
   if (c.fmt == kQ4 || c.fmt == kQ8) {
     const int64_t KB = c.K / kQBlock, bytes = c.fmt == kQ4 ? kQ4Bytes : kQ8Bytes;
     const int rm = (int)c.M, rn_max = q_panels(rm);
