@@ -100,22 +100,24 @@ def nucleus(p: np.ndarray, top_p: float) -> np.ndarray:
     as likely as the ``m``-th (ties included, in id order) is exactly the first entries of the full order, and a
     cumulative sum is sequential, so its prefix is the full sum's prefix, bit for bit. If the mass is reached
     inside them, that is the answer; else ``m`` grows. Same ids as the full sort, always."""
+    def ranked(ids: np.ndarray) -> tuple[np.ndarray, int]:
+        """``ids`` (increasing) in decreasing p, ties in id order, and the index where their mass reaches top_p."""
+        order = ids[np.argsort(-p[ids], kind="stable")]
+        return order, int(np.searchsorted(np.cumsum(p[order]), top_p))
+
     size = p.size
     m = NUCLEUS_FIRST
     while m < size:
         threshold = np.partition(p, size - m)[size - m]  # the m-th largest probability
-        # ids in increasing order (ties stay in id order below); fewer than m tokens have mass (top-k ran before):
-        # just those, the zeros after them add nothing to the sum
-        candidates = np.flatnonzero(p >= threshold) if threshold > 0 else np.flatnonzero(p > 0)
-        order = candidates[np.argsort(-p[candidates], kind="stable")]
-        j = int(np.searchsorted(np.cumsum(p[order]), top_p))
+        # fewer than m tokens have mass (top-k ran before): just those, the zeros after them add nothing to the sum
+        order, j = ranked(np.flatnonzero(p >= threshold) if threshold > 0 else np.flatnonzero(p > 0))
         if j < order.size:
             return order[:j + 1]
         if threshold == 0:
             break  # every token with mass did not reach top_p: all of them (the full order below)
         m *= 8
-    order = np.argsort(-p, kind="stable")
-    return order[:int(np.searchsorted(np.cumsum(p[order]), top_p)) + 1]
+    order, j = ranked(np.arange(size))
+    return order[:j + 1]
 
 
 @dataclass(frozen=True)

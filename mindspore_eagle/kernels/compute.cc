@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -284,13 +285,17 @@ const auto kWideQ8 = wide_q<true>(std::make_integer_sequence<int, kMaxRMQ - kMax
 // Rows up to which quantized weights take the wide block; more rows go through the L1 slabs (quant_chunk_rows).
 // Which is faster at 8 rows depends on the core: linear kernels of a native Q4_1 forward, 2 threads, wide / slabs:
 // Intel Xeon (AVX-512 on 512-bit units) 16.0 / 18.8 ms, AMD EPYC Zen 4 (AVX-512 on 256-bit halves) 27-31 / 22-26 ms
-// (at 5 rows Zen 4 still gains: 17-19 / 19-24 ms). So AMD stops at 7. Same bits either way (the same rebuilt
-// weights and fma chains); MSE_WIDE_Q_ROWS=4..8 overrides (4: never wide), which the self-test's test runs both ways.
+// (at 5 rows level there: 17.2 / 17.1 ms, fastest of each). So AMD stops at 7. Same bits either way (the same rebuilt
+// weights and fma chains); MSE_WIDE_Q_ROWS=4..8 overrides (4: never wide), which the self-test's test runs both ways;
+// another value is named on stderr and ignored, as MSE_KERNEL_ISA's (isa.cc).
 int wide_rows() {
   static const int rows = [] {
-    const char* env = std::getenv("MSE_WIDE_Q_ROWS");
-    const int v = env ? std::atoi(env) : 0;
-    if (v >= kMaxRM && v <= kMaxRMQ) return v;
+    if (const char* env = std::getenv("MSE_WIDE_Q_ROWS")) {
+      const int v = std::atoi(env);
+      if (v >= kMaxRM && v <= kMaxRMQ) return v;
+      std::fprintf(stderr, "mindspore_eagle kernels: MSE_WIDE_Q_ROWS=%s is not a row count in [%d, %d]; ignored\n", env,
+                   kMaxRM, kMaxRMQ);
+    }
     __builtin_cpu_init();
     return __builtin_cpu_is("amd") ? kMaxRMQ - 1 : kMaxRMQ;
   }();
