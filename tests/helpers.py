@@ -56,17 +56,19 @@ def _randomize(model, seed: int) -> None:
                 p.copy_(torch.randn(p.shape, generator=g) / np.sqrt(p.shape[-1]) * 1.5)
 
 
-def make_hf_checkpoint(kind: str, out_dir: str, seed: int = 0, dtype: str = "float32"):
-    """Write a tiny random HF checkpoint of ``kind`` to ``out_dir``; return the torch model (fp32, eval)."""
+def make_hf_checkpoint(kind: str, out_dir: str, seed: int = 0, dtype: str = "float32", **sizes):
+    """Write a tiny random HF checkpoint of ``kind`` to ``out_dir``; return the torch model (fp32, eval). ``sizes``
+    replace ``TINY``'s (e.g. ``num_hidden_layers=3``)."""
     import torch
     import transformers
 
     cls_name, overrides = FORMS[kind]
     torch.manual_seed(seed)
+    tiny = {**TINY, **sizes}
     if cls_name == "Qwen2ForCausalLM":
-        cfg = transformers.Qwen2Config(**TINY, **overrides)
+        cfg = transformers.Qwen2Config(**tiny, **overrides)
     else:
-        cfg = transformers.LlamaConfig(**TINY, **overrides)
+        cfg = transformers.LlamaConfig(**tiny, **overrides)
     model = getattr(transformers, cls_name)(cfg).eval()
     _randomize(model, seed)
     save_model = model if dtype == "float32" else model.to(getattr(torch, dtype))

@@ -141,6 +141,104 @@ def test_one_op_layer_equals_its_five_kernels_bit_for_bit(kernel_teachers, kind,
     assert np.array_equal(k_one.view(np.uint32), layer.self_attn.k_cache.asnumpy().view(np.uint32))
 
 
+class LayersOneByOne(nn.Cell):
+    """The teacher's decoder stack one op per layer (``PanguForCausalLM.layers_one_by_one``)."""
+
+    def __init__(self, cell):
+        super().__init__(auto_prefix=False)
+        self.cell = cell
+
+    def construct(self, ids, positions, mask, rows):
+        return self.cell.layers_one_by_one(ids, positions, mask, rows)
+
+
+class Stack(nn.Cell):
+    """The teacher's decoder stack as its one op (what ``PanguForCausalLM.construct`` runs)."""
+
+    def __init__(self, cell):
+        super().__init__(auto_prefix=False)
+        self.cell = cell
+
+    def construct(self, ids, positions, mask, rows):
+        args = ()
+        for layer in self.cell.model.layers:
+            args = args + layer.stack_args()
+        return self.cell.stack(ids, positions, rows, mask, self.cell.model.embed_tokens.weight, self.cell.cos_table,
+                               self.cell.sin_table, args)
+
+
+def _tensors(inputs):
+    from mindspore import Tensor
+
+    return (Tensor(inputs.ids.astype(np.int32)), Tensor(inputs.positions.astype(np.int32)), Tensor(inputs.mask),
+            Tensor(inputs.rows.astype(np.int32)))
+
+
+def _caches(teacher):
+    return [p.asnumpy().copy() for pair in teacher.cell.cache_parameters() for p in pair]
+
+
+def _bits(a):
+    return np.ascontiguousarray(a).view(np.uint32)
+
+
+@pytest.fixture(scope="module")
+def three_layer_teacher(tmp_path_factory):
+    """A tiny Llama teacher with an odd number of layers (3): the stack op's two buffers end the other way round."""
+    from ckpt_convert import convert_hf
+    from tests.helpers import make_hf_checkpoint
+
+    require_kernel("float32")
+    root = tmp_path_factory.mktemp("three_layers")
+    make_hf_checkpoint("llama", str(root / "hf"), seed=3, num_hidden_layers=3)
+    convert_hf(str(root / "hf"), str(root / "ms"))
+    return Teacher.load(str(root / "ms"), RUNTIME, ComputeChoice(matmul=MatmulChoice("custom", "float32")))
+
+
+@pytest.mark.parametrize("case", [("pangu", "float32"), ("pangu", "bfloat16"), ("llama", "float32"),
+                                  ("llama", "bfloat16"), ("three_layers", "float32")])
+def test_decoder_stack_op_equals_the_layers_one_op_each_bit_for_bit(kernel_teachers, three_layer_teacher, case):
+    """The whole stack in one op (embedding and RoPE rows, write index, every layer, the EAGLE-3 taps) gives the
+    hidden state, the taps and the cache rows of the layers run one op each, bit for bit, for a chain and a tree."""
+    import mindspore as ms
+
+    kind, dtype = case
+    teacher = three_layer_teacher if kind == "three_layers" else kernel_teachers(kind, dtype)[0]
+    assert teacher.cell.stacked
+    stack, one_by_one = ms.jit(Stack(teacher.cell)), ms.jit(LayersOneByOne(teacher.cell))
+    rng = np.random.default_rng(5)
+    chain(teacher, [int(t) for t in rng.integers(0, teacher.cfg.vocab_size, 16)], 0)  # a context to attend to
+    trees = [TreeLayout.chain([int(t) for t in rng.integers(0, teacher.cfg.vocab_size, 8)]),
+             TreeLayout.from_parents([int(t) for t in rng.integers(0, teacher.cfg.vocab_size, 7)],
+                                     [0, 0, 0, 1, 1, 2, 4])]
+    for start, tree in zip((16, 40), trees):
+        inputs = ForwardInputs.for_tree(tree, start, 8, teacher.max_len)
+        before = _caches(teacher)
+        x1, aux1 = (o.asnumpy() for o in stack(*_tensors(inputs)))
+        after_stack = _caches(teacher)
+        x2, aux2 = (o.asnumpy() for o in one_by_one(*_tensors(inputs)))  # rewrites the same rows
+        assert aux1.shape == (1, 8, len(teacher.cfg.aux_layer_ids) * teacher.cfg.hidden_size)
+        assert np.array_equal(_bits(x1), _bits(x2)) and np.array_equal(_bits(aux1), _bits(aux2))
+        assert all(np.array_equal(_bits(a), _bits(b)) for a, b in zip(after_stack, _caches(teacher)))
+        assert any(not np.array_equal(a, b) for a, b in zip(before, after_stack))  # the stack wrote its rows
+
+
+@pytest.mark.parametrize("bad", ["id", "position", "row"])
+def test_decoder_stack_refuses_an_id_position_or_row_out_of_range_before_writing(kernel_teachers, bad):
+    teacher, _ = kernel_teachers("llama", "float32")
+    inputs = ForwardInputs.for_tree(TreeLayout.chain([3, 4, 5]), 20, 8, teacher.max_len)
+    if bad == "id":
+        inputs.ids[0, 1] = teacher.cfg.vocab_size
+    elif bad == "position":
+        inputs.positions[0, 2] = teacher.cell.cos_table.shape[0]
+    else:
+        inputs.rows[0, 2] = teacher.max_len
+    before = _caches(teacher)
+    with pytest.raises(RuntimeError):
+        teacher.forward(inputs)
+    assert all(np.array_equal(a, b) for a, b in zip(before, _caches(teacher)))
+
+
 @pytest.mark.parametrize("draft", ["oracle", "wrong", "bushy"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_speculative_output_equals_greedy_with_kernels(kernel_teachers, dtype, draft):

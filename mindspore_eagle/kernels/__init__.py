@@ -19,15 +19,16 @@ visible rows only, with the same batch invariance.
     ops.py        LinearKernel (the AOT Custom op + packed weight, fused RMSNorm/SwiGLU/residual variants),
                   kernel_status, pack_weights, check_packed
     cache_ops.py  TreeAttentionKernel (fused attention, in-place K/V writes), RowMoveKernel (in-place commit),
-                  DecoderLayerKernel (a teacher layer's five kernels as one op)
+                  DecoderLayerKernel (a teacher layer's five kernels as one op), DecoderStackKernel (every layer
+                  of the teacher as one op)
     row_ops.py    RowTopKKernel (rows.cc: greedy token, finite flag and top-k of logits rows in one pass; the
                   training data's teacher forward)
 """
 
-from .cache_ops import (DecoderLayerKernel, RowMoveKernel, TreeAttentionKernel, fused_attention_supported,
-                        fused_layer_supported)
+from .cache_ops import (DecoderLayerKernel, DecoderStackKernel, RowMoveKernel, TreeAttentionKernel,
+                        fused_attention_supported, fused_layer_supported)
 from .choice import MatmulChoice
 from .ops import LinearKernel, check_packed, kernel_status, pack_weights
 
-__all__ = ["DecoderLayerKernel", "LinearKernel", "MatmulChoice", "RowMoveKernel", "TreeAttentionKernel", "check_packed",
-           "fused_attention_supported", "fused_layer_supported", "kernel_status", "pack_weights"]
+__all__ = ["DecoderLayerKernel", "DecoderStackKernel", "LinearKernel", "MatmulChoice", "RowMoveKernel",
+           "TreeAttentionKernel", "check_packed", "fused_attention_supported", "fused_layer_supported", "kernel_status", "pack_weights"]

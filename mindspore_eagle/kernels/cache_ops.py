@@ -6,9 +6,10 @@ copies per forward of the default teacher), attention over the whole static cach
 committed length, and the ~25 primitive ops of one attention layer each pay MindSpore's ~12 us dispatch.
 ``TreeAttentionKernel`` does RoPE, the cache write and the attention of one layer in one op that reads only the
 visible cache rows; ``RowMoveKernel`` moves committed rows (``cache.commit.PathCommit``) without copying buffers;
-``DecoderLayerKernel`` runs a teacher layer's five fused kernels as one op (one MindSpore dispatch per layer).
+``DecoderLayerKernel`` runs a teacher layer's five fused kernels as one op (one MindSpore dispatch per layer),
+``DecoderStackKernel`` every layer of the teacher in one op.
 
-All three write their cache inputs *in place*. MindSpore treats a Custom op as pure unless told otherwise: without
+All four write their cache inputs *in place*. MindSpore treats a Custom op as pure unless told otherwise: without
 ``side_effect_mem`` it drops an op whose output is unused and may order a read of the same Parameter before
 the write (both observed on CPU with MindSpore 2.10). With it, the auto-monad pass threads the op through
 MindSpore's memory-effect chain, like ``ScatterNdUpdate``: it is never elided, and reads of the written
@@ -126,6 +127,42 @@ class DecoderLayerKernel(nn.Cell):
         return self.op(*(args + (norm2, w_gu, w_down)))
 
 
+class DecoderStackKernel(nn.Cell):
+    """``construct(ids, positions, rows, mask, embed, cos_table, sin_table, layer_args) -> (hidden [B, T, E], aux
+    [B, T, A E])``: a whole teacher decoder stack in one op (layer.cc). The embedding rows of ``ids``, the RoPE rows
+    of ``positions`` and the write index of ``rows`` (``models.layers.write_index``) are taken inside, then every
+    layer as ``DecoderLayerKernel`` runs it; ``hidden`` is the last layer's output (before the final norm), ``aux``
+    the hidden states entering the layers ``taps`` in that order (the EAGLE-3 features). ``layer_args``: per layer,
+    ``(norm1, w_qkv[, b_qkv], k_cache, v_cache, w_o[, b_o], norm2, w_gu, w_down)`` concatenated (the biases only
+    when the model has them). Bit-identical to the per-layer ops (the same functions on the same data, copies
+    aside), so just as batch invariant. Why: MindSpore spends ~35 us scheduling each op that follows a long one and
+    ~1.5 ms on the small ops before the first layer (embedding, RoPE gathers, write index): ~2.5 ms of an 11 ms
+    decode step of the default teacher on a Zen 4 (docs/kernels.md).
+
+    Ids, positions and rows outside the embedding table, the RoPE tables and the cache are refused (the op fails)
+    before any layer writes its cache."""
+
+    def __init__(self, dtype: str, qkv_bias: bool, o_bias: bool, eps: float, taps: tuple[int, ...]):
+        super().__init__()
+        if not taps:
+            raise ConfigError("DecoderStackKernel: at least one tap layer (the EAGLE-3 features)")
+        self.eps = Tensor(np.array([eps], np.float32))
+        self.taps = Tensor(np.array(taps, np.int32))
+        name = f"MseDecoderStack{'Bf16' if dtype == 'bfloat16' else 'F32'}{'QkvBias' if qkv_bias else ''}" \
+               f"{'OBias' if o_bias else ''}"
+
+        def infer_shape(ids, positions, rows, mask, embed, cos, sin, eps, taps, *rest):
+            return list(ids) + [embed[1]], list(ids) + [taps[0] * embed[1]]
+
+        def infer_dtype(ids, positions, rows, mask, embed, *rest):
+            return embed, embed
+
+        self.op = _custom(name, infer_shape, infer_dtype)
+
+    def construct(self, ids, positions, rows, mask, embed, cos_table, sin_table, layer_args):
+        return self.op(ids, positions, rows, mask, embed, cos_table, sin_table, self.eps, self.taps, *layer_args)
+
+
 def fused_layer_supported(hidden: int, intermediate: int, head_dim: int) -> bool:
     """Whether ``DecoderLayerKernel`` takes these sizes: whole 16-column panels everywhere (hidden, 2 x intermediate
     and head_dim multiples of 16) and an even intermediate size (the bf16 pairs of the down projection)."""
@@ -133,5 +170,5 @@ def fused_layer_supported(hidden: int, intermediate: int, head_dim: int) -> bool
             and intermediate % 2 == 0)
 
 
-__all__ = ["DecoderLayerKernel", "LANES", "RowMoveKernel", "TreeAttentionKernel", "fused_attention_supported",
+__all__ = ["DecoderLayerKernel", "DecoderStackKernel", "LANES", "RowMoveKernel", "TreeAttentionKernel", "fused_attention_supported",
            "fused_layer_supported"]

@@ -15,7 +15,7 @@ from mindspore import Tensor, nn, ops
 
 from ..compute import ComputeChoice
 from ..teacher_config import TeacherConfig
-from ..kernels import DecoderLayerKernel, LinearKernel, fused_layer_supported
+from ..kernels import DecoderLayerKernel, DecoderStackKernel, LinearKernel, fused_layer_supported
 from .layers import CachedAttention, Embedding, Linear, RMSNorm, SwiGLU, rope_tables, write_index
 
 
@@ -45,6 +45,17 @@ class DecoderLayer(nn.Cell):
         # the residual (inside their kernels when they are fused)
         x = self.self_attn(x, cos, sin, mask, write_idx, self.input_layernorm.weight, x)
         return self.mlp(x, self.post_attention_layernorm.weight, x)
+
+    def stack_args(self):
+        """A fused layer's inputs to ``DecoderStackKernel`` (its weights and caches, in the stack's order)."""
+        a, m = self.self_attn, self.mlp
+        args = (self.input_layernorm.weight, a.qkv_kernel.packed_weight)
+        if a.qkv_bias:
+            args = args + (ops.concat((a.q_proj.bias, a.k_proj.bias, a.v_proj.bias)),)
+        args = args + (a.k_cache, a.v_cache, a.o_kernel.packed_weight)
+        if a.o_bias:
+            args = args + (a.o_proj.bias,)
+        return args + (self.post_attention_layernorm.weight, m.gate_up_kernel.packed_weight, m.down_kernel.packed_weight)
 
 
 class PanguModel(nn.Cell):
@@ -94,8 +105,34 @@ class PanguForCausalLM(nn.Cell):
         self.sin_table = Tensor(sin)
         self.aux_ids = tuple(cfg.aux_layer_ids)
         self.num_kv_heads = cfg.num_kv_heads
+        # every layer fused (they are alike): the whole stack, embedding and RoPE rows included, runs as one op
+        self.stacked = all(layer.fused for layer in self.model.layers) and len(self.aux_ids) > 0
+        if self.stacked:
+            self.stack = DecoderStackKernel(matmul.dtype, cfg.qkv_bias, cfg.o_bias, cfg.rms_norm_eps, self.aux_ids)
 
     def construct(self, input_ids, positions, mask, cache_rows):
+        b, t = input_ids.shape
+        if self.stacked:
+            args = ()
+            for layer in self.model.layers:
+                args = args + layer.stack_args()
+            x, aux = self.stack(input_ids, positions, cache_rows, mask, self.model.embed_tokens.weight, self.cos_table,
+                                self.sin_table, args)
+        else:
+            x, aux = self.layers_one_by_one(input_ids, positions, mask, cache_rows)
+        if self.tied_custom:  # [B, T, vocab] straight from the kernel (a reshape of its output would be a copy)
+            return self.tied_kernel(x, None, self.model.norm.weight), aux
+        h2 = self.model.norm(x).reshape(b * t, -1)
+        if self.tied:
+            logits = self.logits_matmul(h2, self.model.embed_tokens.weight)
+        else:
+            logits = self.lm_head(h2)
+        logits = logits.reshape(b, t, -1)
+        return logits, aux
+
+    def layers_one_by_one(self, input_ids, positions, mask, cache_rows):
+        """The decoder stack one op per layer: ``(hidden after the last layer [B, T, H], aux [B, T, A H])``, what
+        ``DecoderStackKernel`` computes in one op when every layer is fused (tests compare the two bit for bit)."""
         b, t = input_ids.shape
         x = self.model.embed_tokens(input_ids)  # [B, T, H]
         cos = ops.gather(self.cos_table, positions, 0).reshape(b, 1, t, -1)  # [B, 1, T, D]
@@ -106,15 +143,7 @@ class PanguForCausalLM(nn.Cell):
             inputs = inputs + (x,)
             x = layer(x, cos, sin, mask, write_idx)
         taps = tuple(inputs[i] for i in self.aux_ids)  # in aux_layer_ids order, repeats allowed
-        if self.tied_custom:  # [B, T, vocab] straight from the kernel (a reshape of its output would be a copy)
-            return self.tied_kernel(x, None, self.model.norm.weight), ops.concat(taps, -1)
-        h2 = self.model.norm(x).reshape(b * t, -1)
-        if self.tied:
-            logits = self.logits_matmul(h2, self.model.embed_tokens.weight)
-        else:
-            logits = self.lm_head(h2)
-        logits = logits.reshape(b, t, -1)
-        return logits, ops.concat(taps, -1)
+        return x, ops.concat(taps, -1)
 
     def pack_kernel(self, native: dict | None = None) -> None:
         """Pack the tied LM head's kernel from the embedding table (``kernels.pack_weights`` calls this): its GGUF
