@@ -235,15 +235,11 @@ def test_learning_rate_schedule_reaches_the_compiled_step(tiny, tiny_seqs, jit):
     assert change(3e-2) > 1e-2
 
 
-def test_train_draft_cli_trains_exports_and_resumes(tiny, tiny_dir, tmp_path, capsys):
-    """``mindspore-eagle train-draft`` end to end on a tiny teacher: trains to --max-steps, exports a head the
-    converter loads, and a second call with a larger budget resumes from the checkpoint (same step count,
-    training time carried over) instead of starting again."""
+def _train_draft_args(tiny, tiny_dir, tmp_path, ckpt_every: int = 1) -> list[str]:
+    """``train-draft`` arguments for a run on 24 generated conversations of the tiny teacher (2 shards)."""
     import json
     import os
 
-    from mindspore_eagle.convert.eagle3 import convert_eagle3
-    from mindspore_eagle.app import cli
     from mindspore_eagle.train.data import MANIFEST, write_shard
 
     rng = np.random.default_rng(7)
@@ -254,10 +250,23 @@ def test_train_draft_cli_trains_exports_and_resumes(tiny, tiny_dir, tmp_path, ca
     names = [os.path.basename(write_shard(str(data), k, seqs[k * 12:(k + 1) * 12])) for k in range(2)]
     (data / MANIFEST).write_text("".join(json.dumps({"shard": n, "ids": [s.pid for s in seqs[k * 12:(k + 1) * 12]]})
                                          + "\n" for k, n in enumerate(names)))
-    args = ["train-draft", "--teacher", tiny_dir, "--data", str(data), "--out", str(tmp_path / "head"),
+    return ["train-draft", "--teacher", tiny_dir, "--data", str(data), "--out", str(tmp_path / "head"),
             "--run-dir", str(tmp_path / "run"), "--draft-vocab", "40", "--ttt-steps", "2", "--buckets", "16",
-            "--tokens-per-batch", "64", "--heldout", "0.25", "--eval-every", "2", "--ckpt-every", "1",
+            "--tokens-per-batch", "64", "--heldout", "0.25", "--eval-every", "2", "--ckpt-every", str(ckpt_every),
             "--dtype", "float32"]
+
+
+def test_train_draft_cli_trains_exports_and_resumes(tiny, tiny_dir, tmp_path, capsys):
+    """``mindspore-eagle train-draft`` end to end on a tiny teacher: trains to --max-steps, exports a head the
+    converter loads, and a second call with a larger budget resumes from the checkpoint (same step count,
+    training time carried over) instead of starting again."""
+    import json
+    import os
+
+    from mindspore_eagle.convert.eagle3 import convert_eagle3
+    from mindspore_eagle.app import cli
+
+    args = _train_draft_args(tiny, tiny_dir, tmp_path)
     assert cli.main(args + ["--max-steps", "3", "--train-eval-max", "4"]) == 0
     state = json.loads((tmp_path / "run" / "state.json").read_text())
     assert state["step"] == 3 and state["train_seconds"] > 0 and state["history"][-1]["step"] == 3
@@ -281,6 +290,43 @@ def test_train_draft_cli_trains_exports_and_resumes(tiny, tiny_dir, tmp_path, ca
     assert cli.main(plateau + ["--max-steps", "9", "--patience", "1", "--min-delta", "10"]) == 0
     state3 = json.loads((tmp_path / "run-plateau" / "state.json").read_text())
     assert state3["stopped_by"] == "plateau" and state3["step"] == 2 and len(state3["history"]) == 2
+
+
+def test_sigterm_stops_a_run_after_its_batch_saves_it_and_exports_the_head(tiny, tiny_dir, tmp_path, monkeypatch,
+                                                                            capsys):
+    """A SIGTERM (a background job's session ending) during step 3 of a 6-step run: the run finishes that batch,
+    saves it (no evaluation: ``--ckpt-every 5`` would not have saved step 3), exports the head and returns 0, with
+    the previous SIGTERM handler back; a resume starts from step 3."""
+    import json
+    import os
+    import signal
+    import threading
+
+    from mindspore_eagle.app import cli
+    from mindspore_eagle.train import trainer as tr
+
+    assert threading.current_thread() is threading.main_thread()  # else the signal would kill the test process
+    args = _train_draft_args(tiny, tiny_dir, tmp_path, ckpt_every=5)
+    real = tr.Trainer.train_batch
+
+    def train_batch(self, *a, **k):
+        if self.step == 2:  # this call trains step 3
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(tr.Trainer, "train_batch", train_batch)
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli.main(args + ["--max-steps", "6"]) == 0
+    assert signal.getsignal(signal.SIGTERM) is before
+    state = json.loads((tmp_path / "run" / "state.json").read_text())
+    assert state["step"] == 3 and state["stopped_by"] == "signal"
+    assert [h["step"] for h in state["history"]] == [0, 2]
+    assert "SIGTERM: stopping after step 3" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path / "head")) == ["config.json", "model.safetensors"]
+    monkeypatch.setattr(tr.Trainer, "train_batch", real)
+    assert cli.main(args + ["--max-steps", "4"]) == 0
+    assert "resumed from step 3" in capsys.readouterr().err
+    assert json.loads((tmp_path / "run" / "state.json").read_text())["step"] == 4
 
 
 def test_a_run_started_from_a_head_keeps_its_weights_and_moves_lm_head_rows_by_token(tiny, tiny_dir, tmp_path):

@@ -4,7 +4,9 @@ AdamW (``nn.AdamWeightDecay``) with linear warm-up then cosine decay, global-nor
 compiled train step (``ms.value_and_grad`` under ``ms.jit``), checkpoints every ``--ckpt-every`` steps and at
 the end (``last.safetensors`` = head + optimizer state, ``best.safetensors`` = the head with the best held-out simulated tau,
 both written atomically), resume from ``last.safetensors``, a progress line, and held-out ``acc_k`` per TTT step plus
-the simulated tau ``1 + sum_k prod_{i<=k} acc_i``.
+the simulated tau ``1 + sum_k prod_{i<=k} acc_i``. SIGTERM (a background job's session ending, ``kill``) stops the run
+after the batch in flight: it saves ``last.safetensors`` and exports the best head as the end of the time budget does
+(without the final evaluation), so a resume loses no step and the export is there without ``--export-only``.
 
 Static shapes: sequences are grouped by length into a few entry buckets (``T`` in ``--buckets``) with about
 ``--tokens-per-batch`` entries per batch, so each bucket compiles one graph. The held-out split is a fixed
@@ -28,10 +30,12 @@ Entry point: ``train_draft_main(argv)`` (the ``mindspore-eagle train-draft`` com
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
+import signal
 import sys
 import time
 
@@ -504,6 +508,27 @@ def draft_vocabulary(a: TrainConfig, init, train: list, tcfg, run_dir: str) -> D
     return vocab
 
 
+@contextlib.contextmanager
+def _sigterm_requests_stop():
+    """Inside the block SIGTERM only raises a flag (the yielded list becomes non-empty), which the training loop
+    reads after each batch: a signal arriving inside a compiled step never cuts it short. The previous handler is
+    restored after the block; outside the main thread the flag never rises."""
+    flag: list[int] = []
+
+    def handler(signum, frame):
+        flag.append(signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield flag
+        return
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def train_draft_main(argv: list[str] | None = None) -> int:
     a = check_train_flags(argv)  # before anything is read, loaded or written
     buckets = a.buckets
@@ -647,33 +672,41 @@ def train_draft_main(argv: list[str] | None = None) -> int:
     epoch = trainer.step // per_epoch
     skip = trainer.step % per_epoch
     stop = False
-    while trainer.step < total and not stop:
-        erng = np.random.default_rng(a.seed + 1000 + epoch)  # same order per epoch on resume
-        for t, batch in make_batches(train, buckets, a.tokens_per_batch, erng)[skip:]:
-            frac = (time.time() - t0) / (60 * a.time_limit_min) if a.time_limit_min else 0.0
-            loss, _, c, m = trainer.train_batch(t, batch, a.prompt_loss, frac)
-            acc = c / np.maximum(m, 1)
-            ema_loss = loss if ema_loss is None else 0.95 * ema_loss + 0.05 * loss
-            ema_acc = 0.95 * ema_acc + 0.05 * acc if trainer.step > 1 else acc
-            _progress(trainer.step, total, t0, ema_loss, ema_acc, f"epoch {epoch}")
-            timed_out = a.time_limit_min is not None and time.time() - t0 > 60 * a.time_limit_min
-            if trainer.step % a.eval_every == 0 or trainer.step >= total or timed_out:
-                checkpoint(True)
-            elif trainer.step % a.ckpt_every == 0:
-                checkpoint(False)
-            if trainer.step >= total or timed_out:
-                state["stopped_by"] = "steps" if trainer.step >= total else "time"
-                stop = True
-                break
-            if trainer.step % a.eval_every == 0 and plateau.reached(state["history"]):
-                print(f"\nheld-out tau plateaued ({a.patience} evaluations without +{a.min_delta}): stopping",
-                      file=sys.stderr)
-                state["stopped_by"] = "plateau"
-                stop = True
-                break
-        epoch += 1
-        skip = 0
-    if not state["history"] or state["history"][-1]["step"] != trainer.step:
+    with _sigterm_requests_stop() as terminated:
+        while trainer.step < total and not stop:
+            erng = np.random.default_rng(a.seed + 1000 + epoch)  # same order per epoch on resume
+            for t, batch in make_batches(train, buckets, a.tokens_per_batch, erng)[skip:]:
+                frac = (time.time() - t0) / (60 * a.time_limit_min) if a.time_limit_min else 0.0
+                loss, _, c, m = trainer.train_batch(t, batch, a.prompt_loss, frac)
+                acc = c / np.maximum(m, 1)
+                ema_loss = loss if ema_loss is None else 0.95 * ema_loss + 0.05 * loss
+                ema_acc = 0.95 * ema_acc + 0.05 * acc if trainer.step > 1 else acc
+                _progress(trainer.step, total, t0, ema_loss, ema_acc, f"epoch {epoch}")
+                if terminated:
+                    print(f"\nSIGTERM: stopping after step {trainer.step}", file=sys.stderr, flush=True)
+                    state["stopped_by"] = "signal"
+                    stop = True
+                    break
+                timed_out = a.time_limit_min is not None and time.time() - t0 > 60 * a.time_limit_min
+                if trainer.step % a.eval_every == 0 or trainer.step >= total or timed_out:
+                    checkpoint(True)
+                elif trainer.step % a.ckpt_every == 0:
+                    checkpoint(False)
+                if trainer.step >= total or timed_out:
+                    state["stopped_by"] = "steps" if trainer.step >= total else "time"
+                    stop = True
+                    break
+                if trainer.step % a.eval_every == 0 and plateau.reached(state["history"]):
+                    print(f"\nheld-out tau plateaued ({a.patience} evaluations without +{a.min_delta}): stopping",
+                          file=sys.stderr)
+                    state["stopped_by"] = "plateau"
+                    stop = True
+                    break
+            epoch += 1
+            skip = 0
+    if terminated:  # the session is ending: save and export now, no evaluation
+        checkpoint(False)
+    elif not state["history"] or state["history"][-1]["step"] != trainer.step:
         checkpoint(True)
     else:
         checkpoint(False)  # the last evaluation is of this step; the state still records why the run stopped
