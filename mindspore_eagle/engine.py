@@ -171,13 +171,14 @@ class SpeculativeEngine:
     # ----- prefill ------------------------------------------------------------------------------------
     def _prefill(self, prompt: list[int], output: str) -> tuple[ForwardOut, np.ndarray, float]:
         """Write the prompt into rows [0, len) chunk by chunk (each a chain tree); return (the last chunk's
-        ``ForwardOut`` in ``output`` form, aux [len, 3H], teacher forward seconds)."""
+        ``ForwardOut`` in ``output`` form, aux [len, 3H], teacher forward seconds). Only the prompt's last row has
+        its logits computed (``Teacher.forward``'s ``logit_rows``): the first token's; no other row is read."""
         aux, out, seconds, off = [], None, 0.0, 0
         for size, bucket in self.runtime.buckets.chunks(len(prompt), self.runtime.prefill_chunk, self.cache.max_len):
             L = self.cache.begin_round(bucket)
             inputs = ForwardInputs.for_tree(TreeLayout.chain(prompt[off:off + size]), L, bucket,
                                             self.teacher.mask_width(L + bucket))
-            out = self.teacher.forward(inputs, output)
+            out = self.teacher.forward(inputs, output, [size - 1] if off + size == len(prompt) else [])
             self.cache.commit(range(size))
             aux.append(out.aux_hidden[0])
             seconds += out.seconds

@@ -166,10 +166,13 @@ class Teacher:
                 return width
         raise CacheCapacityError(f"a forward over rows [0, {rows}) does not fit max_cache_len={self.max_len}")
 
-    def forward(self, inputs: ForwardInputs, output: str = LOGITS) -> ForwardOut:
+    def forward(self, inputs: ForwardInputs, output: str = LOGITS, logit_rows=None) -> ForwardOut:
         """One forward of ``inputs`` (``ids, positions, rows [B, bucket]``, ``mask [B, 1, bucket, width]`` with
         ``width`` one of ``mask_widths``); ``output`` "logits" or "argmax" (module docstring) of the first
-        ``inputs.num_real`` rows."""
+        ``inputs.num_real`` rows. ``logit_rows``: the row indices (below ``num_real``) whose logits the caller
+        reads (None: all real rows). Only those are computed where the LM head is the tied custom kernel (padding
+        rows never are); the others come back as NaN there (their argmax: 0), so read only the rows asked for. A
+        row's logits are the same bits whichever rows are asked for."""
         import mindspore as ms
 
         if output not in OUTPUTS:
@@ -183,12 +186,21 @@ class Teacher:
         if not self._packed_checked:  # once: a custom kernel never packed would compute with NaN weights
             check_packed(self.cell)
             self._packed_checked = True
+        n = inputs.num_real
+        flags = np.zeros((b, t), np.int32)
+        if logit_rows is None:
+            flags[:, :n] = 1
+        else:
+            picked = np.asarray(logit_rows, np.int64).reshape(-1)
+            if picked.size and (picked.min() < 0 or picked.max() >= n):
+                raise ConfigError(f"Teacher.forward(logit_rows={picked.tolist()}): rows must lie in [0, {n}), the "
+                                  "real rows")
+            flags[:, picked] = 1
         start = time.perf_counter()
         first, aux = self._fns[output](ms.Tensor(inputs.ids.astype(np.int32)),
                                        ms.Tensor(inputs.positions.astype(np.int32)),
                                        ms.Tensor(inputs.mask.astype(np.float32)),
-                                       ms.Tensor(inputs.rows.astype(np.int32)))
-        n = inputs.num_real
+                                       ms.Tensor(inputs.rows.astype(np.int32)), ms.Tensor(flags))
         first_np = first.asnumpy()[:, :n]  # logits [B, n, V] or argmax [B, n]
         aux_np = aux.asnumpy()[:, :n]
         seconds = time.perf_counter() - start

@@ -130,8 +130,8 @@ def test_greedy_verification_hands_the_host_token_ids_not_logits(teachers, monke
     monkeypatch.setattr(teacher, "_fns", rec)
     outs = []
     forward = teacher.forward
-    monkeypatch.setattr(teacher, "forward", lambda inputs, output=LOGITS: outs.append(forward(inputs, output))
-                        or outs[-1])
+    monkeypatch.setattr(teacher, "forward", lambda inputs, output=LOGITS, logit_rows=None:
+                        outs.append(forward(inputs, output, logit_rows)) or outs[-1])
     prompt = PROMPTS[1]
     proposer = ScriptedProposer(v, depth=4, mode="bushy")
     proposer.future = greedy_from_logits(teachers("performance"), prompt, 20)  # through the recorders: cleared next

@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -217,12 +218,16 @@ void pack_activations(const float* x, int64_t M, int64_t K, uint32_t* xq, int64_
 //     bias f32 [N]                     if bias
 //     norm weight f32 [K], eps f32 [1] if RMSNorm
 //     residual f32 [..., N]            if residual: y = residual + (x W + bias); y f32 [..., N], x's leading dims
-// Returns 0, or a nonzero code naming the first inconsistent argument (1 count, 2 rank, 3 dtype, 4-8 shape).
+//     rows int32 [...]                 if rows (x's leading dims): only the rows whose flag is nonzero are computed,
+//                                      the others are NaN (an LM head whose caller reads some rows' logits: a
+//                                      prompt chunk's last row, a tree's real rows; a row's value is the same as in
+//                                      a call computing every row, the kernels' batch invariance)
+// Returns 0, or a nonzero code naming the first inconsistent argument (1 count, 2 rank, 3 dtype, 4-9 shape).
 
 struct Variant {
   mse::WeightFormat fmt;
   Prologue prologue;
-  bool bias, residual;
+  bool bias, residual, rows;
 };
 
 bool is_f32(const char* dtype) { return std::strcmp(dtype, "float32") == 0; }
@@ -235,12 +240,42 @@ bool rows_like_x(int i, int64_t n, int* ndims, int64_t** shapes) {
   return true;
 }
 
+// The rows variant: the flagged rows of x gathered, computed in one call of M' rows, scattered back; the other rows
+// of y set to NaN so that a caller reading one sees it.
+int selected_rows(const Variant& v, int64_t M, int64_t Kx, int64_t K, int64_t N, const void* x, const void* w,
+                  const void* bias, const void* norm, const void* eps, const int32_t* flags, float* y) {
+  thread_local std::vector<int64_t> picked;
+  thread_local std::vector<float> xs, ys;
+  picked.clear();
+  for (int64_t m = 0; m < M; ++m)
+    if (flags[m]) picked.push_back(m);
+  const int64_t Mp = (int64_t)picked.size();
+  const float* xf = static_cast<const float*>(x);
+  xs.resize((size_t)(Mp * Kx));
+  ys.resize((size_t)(Mp * N));
+  for (int64_t i = 0; i < Mp; ++i) std::memcpy(xs.data() + i * Kx, xf + picked[(size_t)i] * Kx, (size_t)Kx * 4);
+  if (Mp > 0)
+    mse::linear_forward({v.fmt, v.prologue, Mp, K, N, xs.data(), w, static_cast<const float*>(bias),
+                         static_cast<const float*>(norm), eps ? *static_cast<const float*>(eps) : 0.0f, nullptr,
+                         ys.data()});
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t m = 0, i = 0; m < M; ++m) {
+    float* dst = y + m * N;
+    if (i < Mp && picked[(size_t)i] == m)
+      std::memcpy(dst, ys.data() + (i++) * N, (size_t)N * 4);
+    else
+      std::fill(dst, dst + N, nan);
+  }
+  return 0;
+}
+
 int linear(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, const Variant& v) {
   int next = 2;
   const int bias_i = v.bias ? next++ : -1;
   const int norm_i = v.prologue == kNorm ? next++ : -1;
   const int eps_i = v.prologue == kNorm ? next++ : -1;
   const int res_i = v.residual ? next++ : -1;
+  const int rows_i = v.rows ? next++ : -1;
   if (nparam != next + 1) return 1;
   const int yi = nparam - 1;
   if (ndims[0] < 2 || ndims[1] != 3 || ndims[yi] != ndims[0]) return 2;
@@ -263,6 +298,14 @@ int linear(int nparam, void** params, int* ndims, int64_t** shapes, const char**
                       ndims[eps_i] != 1 || shapes[eps_i][0] != 1 || !is_f32(dtypes[eps_i])))
     return 7;
   if (res_i >= 0 && (!rows_like_x(res_i, N, ndims, shapes) || !is_f32(dtypes[res_i]))) return 8;
+  if (rows_i >= 0) {
+    if (ndims[rows_i] != ndims[0] - 1 || std::strcmp(dtypes[rows_i], "int32") != 0 || res_i >= 0) return 9;
+    for (int a = 0; a + 1 < ndims[0]; ++a)
+      if (shapes[rows_i][a] != shapes[0][a]) return 9;
+    return selected_rows(v, M, Kx, K, N, params[0], params[1], bias_i >= 0 ? params[bias_i] : nullptr,
+                         norm_i >= 0 ? params[norm_i] : nullptr, eps_i >= 0 ? params[eps_i] : nullptr,
+                         static_cast<const int32_t*>(params[rows_i]), static_cast<float*>(params[yi]));
+  }
 
   mse::linear_forward({v.fmt, v.prologue, M, K, N, static_cast<const float*>(params[0]), params[1],
                        bias_i >= 0 ? static_cast<const float*>(params[bias_i]) : nullptr,
@@ -345,7 +388,7 @@ int64_t MseKernelWorkerChunks() { return Pool::get().worker_chunks.load(); }
 // MseLinear{F32,Bf16,Q4,Q8}[Norm|Glu][Bias][Res]: every variant of ``linear`` above.
 #define MSE_LINEAR_ENTRY(NAME, FMT, PRO, BIAS, RES)                                                         \
   int NAME(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {    \
-    return linear(nparam, params, ndims, shapes, dtypes, Variant{FMT, PRO, BIAS, RES});                      \
+    return linear(nparam, params, ndims, shapes, dtypes, Variant{FMT, PRO, BIAS, RES, false});               \
   }
 #define MSE_LINEAR_DTYPES(PRO_NAME, PRO, BIAS_NAME, BIAS, RES_NAME, RES)                       \
   MSE_LINEAR_ENTRY(MseLinearF32##PRO_NAME##BIAS_NAME##RES_NAME, mse::kF32, PRO, BIAS, RES)    \
@@ -362,5 +405,15 @@ int64_t MseKernelWorkerChunks() { return Pool::get().worker_chunks.load(); }
 MSE_LINEAR_BIAS(, kNone)
 MSE_LINEAR_BIAS(Norm, kNorm)
 MSE_LINEAR_BIAS(Glu, kGlu)
+
+// The LM head's rows variant (RMSNorm prologue, no bias, no residual): MseLinear{F32,Bf16,Q4,Q8}NormRows.
+#define MSE_LINEAR_ROWS(NAME, FMT)                                                                          \
+  int NAME(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {    \
+    return linear(nparam, params, ndims, shapes, dtypes, Variant{FMT, kNorm, false, false, true});           \
+  }
+MSE_LINEAR_ROWS(MseLinearF32NormRows, mse::kF32)
+MSE_LINEAR_ROWS(MseLinearBf16NormRows, mse::kBf16)
+MSE_LINEAR_ROWS(MseLinearQ4NormRows, mse::kQ4)
+MSE_LINEAR_ROWS(MseLinearQ8NormRows, mse::kQ8)
 
 }  // extern "C"

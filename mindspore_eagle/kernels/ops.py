@@ -31,11 +31,16 @@ from .layout import KERNEL_FORMAT, gguf_fields, pack_bf16, pack_f32, pack_quanti
 FORMAT_NAMES = {"float32": "F32", "bfloat16": "Bf16", "q4": "Q4", "q8": "Q8"}  # packed weight formats (layout.py)
 
 
-def entry_point(fmt: str, prologue: str, bias: bool, residual: bool) -> str:
-    """linear.cc's entry point of one variant: ``MseLinear{F32,Bf16,Q4,Q8}[Norm|Glu][Bias][Res]``.
+def entry_point(fmt: str, prologue: str, bias: bool, residual: bool, rows: bool = False) -> str:
+    """linear.cc's entry point of one variant: ``MseLinear{F32,Bf16,Q4,Q8}[Norm|Glu][Bias][Res]``, or the LM
+    head's ``MseLinear{...}NormRows`` (``rows``: RMSNorm, no bias, no residual).
 
     Example: ``entry_point("bfloat16", "rmsnorm", False, True) == "MseLinearBf16NormRes"``."""
     pro = {"none": "", "rmsnorm": "Norm", "swiglu": "Glu"}[prologue]
+    if rows:
+        if prologue != "rmsnorm" or bias or residual:
+            raise ConfigError("entry_point: the rows variant is the LM head's (RMSNorm, no bias, no residual)")
+        return f"MseLinear{FORMAT_NAMES[fmt]}NormRows"
     return f"MseLinear{FORMAT_NAMES[fmt]}{pro}{'Bias' if bias else ''}{'Res' if residual else ''}"
 
 
@@ -55,8 +60,10 @@ class LinearKernel(nn.Cell):
     ``x`` has any leading dims (rows = their product); ``y`` and ``residual`` have the same ones.
     ``transposed``: the weight handed to ``pack`` is stored ``[N, K]`` (the tied LM head's embedding table).
     ``bias``: whether ``construct`` receives a bias (added inside the kernel, after the K reduction).
-    ``residual`` (optional ``[M, N]``) is added last. Every variant keeps the batch invariance of the plain
-    kernel: the activations of a row depend on that row only.
+    ``residual`` (optional ``[M, N]``) is added last. ``rows`` (optional int32, x's leading dims; with the RMSNorm
+    and neither bias nor residual: the tied LM head): only the rows flagged nonzero are computed, the others are
+    NaN. Every variant keeps the batch invariance of the plain kernel: the activations of a row depend on that row
+    only, so a computed row is the same whatever else is flagged.
     """
 
     def __init__(self, in_features: int, out_features: int, dtype: str, bias: bool = False, transposed: bool = False,
@@ -93,8 +100,8 @@ class LinearKernel(nn.Cell):
         def infer_dtype(x, *rest):
             return x
 
-        def op(prologue: str, residual: bool):
-            return ops.Custom(library.symbol(entry_point(fmt, prologue, bias, residual)),
+        def op(prologue: str, residual: bool, rows: bool = False):
+            return ops.Custom(library.symbol(entry_point(fmt, prologue, bias, residual, rows)),
                               out_shape=infer_shape, out_dtype=infer_dtype, func_type="aot")
 
         first = "swiglu" if self.glu else "none"
@@ -103,6 +110,8 @@ class LinearKernel(nn.Cell):
         if self.has_norm:
             self.op_norm = op("rmsnorm", False)
             self.op_norm_res = op("rmsnorm", True)
+            if not bias:
+                self.op_norm_rows = op("rmsnorm", False, rows=True)
 
     def pack(self, weight: np.ndarray) -> None:
         """Fill the packed copy from ``weight`` (``[K, N]``, or ``[N, K]`` when ``transposed``)."""
@@ -136,7 +145,7 @@ class LinearKernel(nn.Cell):
         self.packed = True
         return True
 
-    def construct(self, x, bias=None, norm_weight=None, residual=None):
+    def construct(self, x, bias=None, norm_weight=None, residual=None, rows=None):
         args = (x, self.packed_weight)
         if self.has_bias:
             args = args + (bias,)
@@ -145,6 +154,8 @@ class LinearKernel(nn.Cell):
                 return self.op(*args)
             return self.op_res(*(args + (residual,)))
         if residual is None:
+            if rows is not None:  # int32, x's leading dims: only the flagged rows are computed, the others NaN
+                return self.op_norm_rows(*(args + (norm_weight, self.eps, rows)))
             return self.op_norm(*(args + (norm_weight, self.eps)))
         return self.op_norm_res(*(args + (norm_weight, self.eps, residual)))
 

@@ -48,8 +48,8 @@ class GreedyOutputs(nn.Cell):
         super().__init__(auto_prefix=False)
         self.teacher = teacher_cell
 
-    def construct(self, input_ids, positions, mask, cache_rows):
-        logits, aux = self.teacher(input_ids, positions, mask, cache_rows)  # [B, T, V], [B, T, 3H]
+    def construct(self, input_ids, positions, mask, cache_rows, logit_rows=None):
+        logits, aux = self.teacher(input_ids, positions, mask, cache_rows, logit_rows)  # [B, T, V], [B, T, 3H]
         return first_argmax(logits), aux
 
 

@@ -77,6 +77,10 @@ class PanguForCausalLM(nn.Cell):
     ``aux_hidden [B, T, 3 * hidden]``.
     Positions index the rotary table; ``cache_rows`` say where each token's K/V is written. They usually
     coincide for a chain, and differ inside a tree (a node at depth d has position L + d but row L + i).
+    ``logit_rows`` (optional int32 ``[B, T]``): the rows whose logits the caller reads; with the tied custom LM head
+    only those are computed (the others are NaN: a prompt chunk's rows, padding), elsewhere every row is. ~20% of a
+    forward is the LM head (49,152 x 576 for the default teacher), so a 64-row prompt chunk that needs one row's
+    logits, or none, skips most of that.
     ``compute`` (``compute.ComputeChoice``) picks the attention core of every layer, every Linear's matmul and the
     tied LM head's, and so whether the layers take the fused CPU kernels (default: primitives and MindSpore's
     MatMul); custom kernels are filled by ``kernels.pack_weights`` after the weights are loaded.
@@ -110,7 +114,7 @@ class PanguForCausalLM(nn.Cell):
         if self.stacked:
             self.stack = DecoderStackKernel(matmul.dtype, cfg.qkv_bias, cfg.o_bias, cfg.rms_norm_eps, self.aux_ids)
 
-    def construct(self, input_ids, positions, mask, cache_rows):
+    def construct(self, input_ids, positions, mask, cache_rows, logit_rows=None):
         b, t = input_ids.shape
         if self.stacked:
             args = ()
@@ -121,7 +125,7 @@ class PanguForCausalLM(nn.Cell):
         else:
             x, aux = self.layers_one_by_one(input_ids, positions, mask, cache_rows)
         if self.tied_custom:  # [B, T, vocab] straight from the kernel (a reshape of its output would be a copy)
-            return self.tied_kernel(x, None, self.model.norm.weight), aux
+            return self.tied_kernel(x, None, self.model.norm.weight, None, logit_rows), aux
         h2 = self.model.norm(x).reshape(b * t, -1)
         if self.tied:
             logits = self.logits_matmul(h2, self.model.embed_tokens.weight)

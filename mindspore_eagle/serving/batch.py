@@ -489,6 +489,7 @@ class BatchEngine:
         mask = np.full((1, 1, bucket, width), MASK_VALUE, np.float32)
         off = 0
         spans = []
+        logit_rows = []  # what is read: every tree row, and a prompt's last row
         for req, layout, kind in plan:
             if kind == 1:
                 check_tree(layout, vocab)
@@ -504,13 +505,17 @@ class BatchEngine:
             block[:, base:base + L] = 0.0
             block[:, base + L:base + L + n] = np.where(tree_visibility(layout), 0.0, MASK_VALUE)
             spans.append((off, n))
+            if kind == 1:
+                logit_rows.extend(range(off, off + n))
+            elif req.written + n == len(req.prompt):
+                logit_rows.append(off + n - 1)
             off += n
         for j in range(off, bucket):  # padding: a scratch row each, seeing only itself
             rows[0, j] = self.scratch + j
             mask[0, 0, j, self.scratch + j] = 0.0
         sampling = any(not req.sampling.greedy for req, _, _ in plan)
         output = LOGITS if sampling else self.teacher.greedy_output
-        out = self.teacher.forward(ForwardInputs(ids, positions, rows, mask, off), output)
+        out = self.teacher.forward(ForwardInputs(ids, positions, rows, mask, off), output, logit_rows)
         greedy_ids = out.argmax[0] if out.argmax is not None else None
         events, src, dst = [], [], []
         prices = self._row_prices(plan, bucket)
