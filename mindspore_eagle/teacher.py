@@ -170,8 +170,8 @@ class Teacher:
         """One forward of ``inputs`` (``ids, positions, rows [B, bucket]``, ``mask [B, 1, bucket, width]`` with
         ``width`` one of ``mask_widths``); ``output`` "logits" or "argmax" (module docstring) of the first
         ``inputs.num_real`` rows. ``logit_rows``: the row indices (below ``num_real``) whose logits the caller
-        reads (None: all real rows). Only those are computed where the LM head is the tied custom kernel (padding
-        rows never are); the others come back as NaN there (their argmax: 0), so read only the rows asked for. A
+        reads (None: all real rows). Only those are computed where the LM head is a custom kernel (padding rows
+        never are); the others come back as NaN there (their argmax: 0), so read only the rows asked for. A
         row's logits are the same bits whichever rows are asked for."""
         import mindspore as ms
 

@@ -406,14 +406,19 @@ MSE_LINEAR_BIAS(, kNone)
 MSE_LINEAR_BIAS(Norm, kNorm)
 MSE_LINEAR_BIAS(Glu, kGlu)
 
-// The LM head's rows variant (RMSNorm prologue, no bias, no residual): MseLinear{F32,Bf16,Q4,Q8}NormRows.
-#define MSE_LINEAR_ROWS(NAME, FMT)                                                                          \
+// The LM heads' rows variants (no bias, no residual): MseLinear{F32,Bf16,Q4,Q8}[Norm]Rows, the tied head with its
+// RMSNorm inside, an untied one after the model's own norm.
+#define MSE_LINEAR_ROWS(NAME, FMT, PRO)                                                                     \
   int NAME(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {    \
-    return linear(nparam, params, ndims, shapes, dtypes, Variant{FMT, kNorm, false, false, true});           \
+    return linear(nparam, params, ndims, shapes, dtypes, Variant{FMT, PRO, false, false, true});             \
   }
-MSE_LINEAR_ROWS(MseLinearF32NormRows, mse::kF32)
-MSE_LINEAR_ROWS(MseLinearBf16NormRows, mse::kBf16)
-MSE_LINEAR_ROWS(MseLinearQ4NormRows, mse::kQ4)
-MSE_LINEAR_ROWS(MseLinearQ8NormRows, mse::kQ8)
+MSE_LINEAR_ROWS(MseLinearF32NormRows, mse::kF32, kNorm)
+MSE_LINEAR_ROWS(MseLinearBf16NormRows, mse::kBf16, kNorm)
+MSE_LINEAR_ROWS(MseLinearQ4NormRows, mse::kQ4, kNorm)
+MSE_LINEAR_ROWS(MseLinearQ8NormRows, mse::kQ8, kNorm)
+MSE_LINEAR_ROWS(MseLinearF32Rows, mse::kF32, kNone)
+MSE_LINEAR_ROWS(MseLinearBf16Rows, mse::kBf16, kNone)
+MSE_LINEAR_ROWS(MseLinearQ4Rows, mse::kQ4, kNone)
+MSE_LINEAR_ROWS(MseLinearQ8Rows, mse::kQ8, kNone)
 
 }  // extern "C"

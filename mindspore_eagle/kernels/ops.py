@@ -32,15 +32,15 @@ FORMAT_NAMES = {"float32": "F32", "bfloat16": "Bf16", "q4": "Q4", "q8": "Q8"}  #
 
 
 def entry_point(fmt: str, prologue: str, bias: bool, residual: bool, rows: bool = False) -> str:
-    """linear.cc's entry point of one variant: ``MseLinear{F32,Bf16,Q4,Q8}[Norm|Glu][Bias][Res]``, or the LM
-    head's ``MseLinear{...}NormRows`` (``rows``: RMSNorm, no bias, no residual).
+    """linear.cc's entry point of one variant: ``MseLinear{F32,Bf16,Q4,Q8}[Norm|Glu][Bias][Res]``, or an LM
+    head's ``MseLinear{...}[Norm]Rows`` (``rows``: no SwiGLU, no bias, no residual).
 
     Example: ``entry_point("bfloat16", "rmsnorm", False, True) == "MseLinearBf16NormRes"``."""
     pro = {"none": "", "rmsnorm": "Norm", "swiglu": "Glu"}[prologue]
     if rows:
-        if prologue != "rmsnorm" or bias or residual:
-            raise ConfigError("entry_point: the rows variant is the LM head's (RMSNorm, no bias, no residual)")
-        return f"MseLinear{FORMAT_NAMES[fmt]}NormRows"
+        if prologue == "swiglu" or bias or residual:
+            raise ConfigError("entry_point: the rows variant is an LM head's (no SwiGLU, no bias, no residual)")
+        return f"MseLinear{FORMAT_NAMES[fmt]}{pro}Rows"
     return f"MseLinear{FORMAT_NAMES[fmt]}{pro}{'Bias' if bias else ''}{'Res' if residual else ''}"
 
 
@@ -60,9 +60,8 @@ class LinearKernel(nn.Cell):
     ``x`` has any leading dims (rows = their product); ``y`` and ``residual`` have the same ones.
     ``transposed``: the weight handed to ``pack`` is stored ``[N, K]`` (the tied LM head's embedding table).
     ``bias``: whether ``construct`` receives a bias (added inside the kernel, after the K reduction).
-    ``residual`` (optional ``[M, N]``) is added last. ``rows`` (optional int32, x's leading dims; with the RMSNorm
-    and neither bias nor residual: the tied LM head): only the rows flagged nonzero are computed, the others are
-    NaN. Every variant keeps the batch invariance of the plain kernel: the activations of a row depend on that row
+    ``residual`` (optional ``[M, N]``) is added last. ``rows`` (optional int32, x's leading dims; neither SwiGLU,
+    bias nor residual: an LM head): only the rows flagged nonzero are computed, the others are NaN. Every variant keeps the batch invariance of the plain kernel: the activations of a row depend on that row
     only, so a computed row is the same whatever else is flagged.
     """
 
@@ -107,6 +106,8 @@ class LinearKernel(nn.Cell):
         first = "swiglu" if self.glu else "none"
         self.op = op(first, False)
         self.op_res = op(first, True)
+        if not self.glu and not bias:
+            self.op_rows = op("none", False, rows=True)
         if self.has_norm:
             self.op_norm = op("rmsnorm", False)
             self.op_norm_res = op("rmsnorm", True)
@@ -151,6 +152,8 @@ class LinearKernel(nn.Cell):
             args = args + (bias,)
         if norm_weight is None:
             if residual is None:
+                if rows is not None:  # int32, x's leading dims: only the flagged rows are computed, the others NaN
+                    return self.op_rows(*(args + (rows,)))
                 return self.op(*args)
             return self.op_res(*(args + (residual,)))
         if residual is None:

@@ -77,8 +77,9 @@ class PanguForCausalLM(nn.Cell):
     ``aux_hidden [B, T, 3 * hidden]``.
     Positions index the rotary table; ``cache_rows`` say where each token's K/V is written. They usually
     coincide for a chain, and differ inside a tree (a node at depth d has position L + d but row L + i).
-    ``logit_rows`` (optional int32 ``[B, T]``): the rows whose logits the caller reads; with the tied custom LM head
-    only those are computed (the others are NaN: a prompt chunk's rows, padding), elsewhere every row is. ~20% of a
+    ``logit_rows`` (optional int32 ``[B, T]``): the rows whose logits the caller reads; with a custom LM head (tied,
+    or untied without a bias) only those are computed (the others are NaN: a prompt chunk's rows, padding),
+    elsewhere every row is. ~20% of a
     forward is the LM head (49,152 x 576 for the default teacher), so a 64-row prompt chunk that needs one row's
     logits, or none, skips most of that.
     ``compute`` (``compute.ComputeChoice``) picks the attention core of every layer, every Linear's matmul and the
@@ -100,6 +101,8 @@ class PanguForCausalLM(nn.Cell):
         self.tied = cfg.tie_word_embeddings
         self.logits_matmul = ops.MatMul(transpose_b=True)
         self.tied_custom = self.tied and matmul.custom
+        # an untied custom head without a bias computes only the rows asked for, too (logit_rows)
+        self.untied_rows = not self.tied and self.lm_head.custom and not self.lm_head.has_bias
         if self.tied_custom:  # logits = norm(x) @ embed_tokens.weight^T on a packed copy of the table, norm inside
             self.tied_kernel = LinearKernel(cfg.hidden_size, cfg.vocab_size, matmul.dtype, transposed=True,
                                             norm_eps=cfg.rms_norm_eps)
@@ -126,6 +129,8 @@ class PanguForCausalLM(nn.Cell):
             x, aux = self.layers_one_by_one(input_ids, positions, mask, cache_rows)
         if self.tied_custom:  # [B, T, vocab] straight from the kernel (a reshape of its output would be a copy)
             return self.tied_kernel(x, None, self.model.norm.weight, None, logit_rows), aux
+        if self.untied_rows and logit_rows is not None:
+            return self.lm_head.kernel(self.model.norm(x), None, None, None, logit_rows), aux
         h2 = self.model.norm(x).reshape(b * t, -1)
         if self.tied:
             logits = self.logits_matmul(h2, self.model.embed_tokens.weight)
