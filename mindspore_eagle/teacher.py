@@ -40,7 +40,7 @@ from .runtime import RuntimeConfig
 from .teacher_config import TeacherConfig
 from .errors import CacheCapacityError, ConfigError
 from .kernels import MatmulChoice, check_packed, pack_weights
-from .models.outputs import GreedyOutputs
+from .models.outputs import GreedyOutputs, LogitsOutputs
 from .models.pangu import PanguForCausalLM
 from .tree.inputs import ForwardInputs
 
@@ -129,8 +129,7 @@ class Teacher:
         self.compute = compute
         self.cell = PanguForCausalLM(cfg, runtime.batch_size, runtime.max_cache_len, compute)
         self._packed_checked = False
-        self._fns = {LOGITS: runtime.exec_mode.compile(self.cell),
-                     ARGMAX: runtime.exec_mode.compile(GreedyOutputs(self.cell))}
+        self._fns = self._graphs()
         # the mask widths a forward may have (module docstring: the fused kernels need no narrower one)
         self.mask_widths = (runtime.max_cache_len,) if self.cell.fused_attention else runtime.context_sizes
         self.first_call_s: dict[tuple[str, int, int], float] = {}  # (output, tokens, width) -> seconds
@@ -153,6 +152,11 @@ class Teacher:
         pack_weights(teacher.cell, native)
         teacher.weights = "native" if native else "dense"
         return teacher
+
+    def _graphs(self) -> dict:
+        """The callables of each output kind, compiled afresh on first use (new Cells: new graphs)."""
+        compile_ = self.runtime.exec_mode.compile
+        return {LOGITS: compile_(LogitsOutputs(self.cell)), ARGMAX: compile_(GreedyOutputs(self.cell))}
 
     @property
     def max_len(self) -> int:
@@ -197,12 +201,18 @@ class Teacher:
                                   "real rows")
             flags[:, picked] = 1
         start = time.perf_counter()
-        first, aux = self._fns[output](ms.Tensor(inputs.ids.astype(np.int32)),
-                                       ms.Tensor(inputs.positions.astype(np.int32)),
-                                       ms.Tensor(inputs.mask.astype(np.float32)),
-                                       ms.Tensor(inputs.rows.astype(np.int32)), ms.Tensor(flags))
-        first_np = first.asnumpy()[:, :n]  # logits [B, n, V] or argmax [B, n]
-        aux_np = aux.asnumpy()[:, :n]
+        try:
+            first, aux = self._fns[output](ms.Tensor(inputs.ids.astype(np.int32)),
+                                           ms.Tensor(inputs.positions.astype(np.int32)),
+                                           ms.Tensor(inputs.mask.astype(np.float32)),
+                                           ms.Tensor(inputs.rows.astype(np.int32)), ms.Tensor(flags))
+            first_np = first.asnumpy()[:, :n]  # logits [B, n, V] or argmax [B, n]
+            aux_np = aux.asnumpy()[:, :n]
+        except RuntimeError:
+            # a kernel refused its inputs (the stack checks ids, positions and rows before writing anything). MindSpore
+            # would fail every later call of that graph, so the next forward compiles fresh ones
+            self._fns = self._graphs()
+            raise
         seconds = time.perf_counter() - start
         self.first_call_s.setdefault((output, t, width), seconds)
         if output == ARGMAX:

@@ -36,6 +36,19 @@ def first_argmax(x):
     return ops.select(ops.less(first_nan, v), first_nan, first_max)
 
 
+class LogitsOutputs(nn.Cell):
+    """The teacher Cell as it is (``construct`` -> (logits, aux_hidden)), in a Cell of its own: a fresh instance
+    compiles fresh graphs, which is how ``Teacher`` recovers once a kernel of a compiled graph has failed (MindSpore
+    2.10 then fails every later call of that graph, "Invalid output number for flatten stub output nodes")."""
+
+    def __init__(self, teacher_cell):
+        super().__init__(auto_prefix=False)
+        self.teacher = teacher_cell
+
+    def construct(self, input_ids, positions, mask, cache_rows, logit_rows=None):
+        return self.teacher(input_ids, positions, mask, cache_rows, logit_rows)
+
+
 class GreedyOutputs(nn.Cell):
     """The teacher Cell with its logits reduced in the graph.
 
@@ -53,4 +66,4 @@ class GreedyOutputs(nn.Cell):
         return first_argmax(logits), aux
 
 
-__all__ = ["GreedyOutputs", "first_argmax"]
+__all__ = ["GreedyOutputs", "LogitsOutputs", "first_argmax"]
