@@ -170,5 +170,5 @@ def fused_layer_supported(hidden: int, intermediate: int, head_dim: int) -> bool
             and intermediate % 2 == 0)
 
 
-__all__ = ["DecoderLayerKernel", "DecoderStackKernel", "LANES", "RowMoveKernel", "TreeAttentionKernel", "fused_attention_supported",
-           "fused_layer_supported"]
+__all__ = ["DecoderLayerKernel", "DecoderStackKernel", "LANES", "RowMoveKernel", "TreeAttentionKernel",
+           "fused_attention_supported", "fused_layer_supported"]

@@ -61,8 +61,9 @@ class LinearKernel(nn.Cell):
     ``transposed``: the weight handed to ``pack`` is stored ``[N, K]`` (the tied LM head's embedding table).
     ``bias``: whether ``construct`` receives a bias (added inside the kernel, after the K reduction).
     ``residual`` (optional ``[M, N]``) is added last. ``rows`` (optional int32, x's leading dims; neither SwiGLU,
-    bias nor residual: an LM head): only the rows flagged nonzero are computed, the others are NaN. Every variant keeps the batch invariance of the plain kernel: the activations of a row depend on that row
-    only, so a computed row is the same whatever else is flagged.
+    bias nor residual: an LM head): only the rows flagged nonzero are computed, the others are NaN. Every variant
+    keeps the batch invariance of the plain kernel: the activations of a row depend on that row only, so a computed
+    row is the same whatever else is flagged.
     """
 
     def __init__(self, in_features: int, out_features: int, dtype: str, bias: bool = False, transposed: bool = False,

@@ -55,7 +55,8 @@ class DecoderLayer(nn.Cell):
         args = args + (a.k_cache, a.v_cache, a.o_kernel.packed_weight)
         if a.o_bias:
             args = args + (a.o_proj.bias,)
-        return args + (self.post_attention_layernorm.weight, m.gate_up_kernel.packed_weight, m.down_kernel.packed_weight)
+        return args + (self.post_attention_layernorm.weight, m.gate_up_kernel.packed_weight,
+                       m.down_kernel.packed_weight)
 
 
 class PanguModel(nn.Cell):
@@ -79,9 +80,8 @@ class PanguForCausalLM(nn.Cell):
     coincide for a chain, and differ inside a tree (a node at depth d has position L + d but row L + i).
     ``logit_rows`` (optional int32 ``[B, T]``): the rows whose logits the caller reads; with a custom LM head (tied,
     or untied without a bias) only those are computed (the others are NaN: a prompt chunk's rows, padding),
-    elsewhere every row is. ~20% of a
-    forward is the LM head (49,152 x 576 for the default teacher), so a 64-row prompt chunk that needs one row's
-    logits, or none, skips most of that.
+    elsewhere every row is. ~20% of a forward is the LM head (49,152 x 576 for the default teacher), so a 64-row
+    prompt chunk that needs one row's logits, or none, skips most of that.
     ``compute`` (``compute.ComputeChoice``) picks the attention core of every layer, every Linear's matmul and the
     tied LM head's, and so whether the layers take the fused CPU kernels (default: primitives and MindSpore's
     MatMul); custom kernels are filled by ``kernels.pack_weights`` after the weights are loaded.
