@@ -240,8 +240,9 @@ bool rows_like_x(int i, int64_t n, int* ndims, int64_t** shapes) {
   return true;
 }
 
-// The rows variant: the flagged rows of x gathered, computed in one call of M' rows, scattered back; the other rows
-// of y set to NaN so that a caller reading one sees it.
+// The rows variant: the flagged rows of x computed in one call of M' rows (in place when they are the first M' rows,
+// as real rows before padding are; else gathered and scattered back); the other rows of y set to NaN so that a
+// caller reading one sees it.
 int selected_rows(const Variant& v, int64_t M, int64_t Kx, int64_t K, int64_t N, const void* x, const void* w,
                   const void* bias, const void* norm, const void* eps, const int32_t* flags, float* y) {
   thread_local std::vector<int64_t> picked;
@@ -251,14 +252,20 @@ int selected_rows(const Variant& v, int64_t M, int64_t Kx, int64_t K, int64_t N,
     if (flags[m]) picked.push_back(m);
   const int64_t Mp = (int64_t)picked.size();
   const float* xf = static_cast<const float*>(x);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  if (Mp == 0 || picked.back() == Mp - 1) {  // the first Mp rows (real rows before padding): no gather, no scatter
+    if (Mp > 0)
+      mse::linear_forward({v.fmt, v.prologue, Mp, K, N, xf, w, static_cast<const float*>(bias),
+                           static_cast<const float*>(norm), eps ? *static_cast<const float*>(eps) : 0.0f, nullptr, y});
+    std::fill(y + Mp * N, y + M * N, nan);
+    return 0;
+  }
   xs.resize((size_t)(Mp * Kx));
   ys.resize((size_t)(Mp * N));
   for (int64_t i = 0; i < Mp; ++i) std::memcpy(xs.data() + i * Kx, xf + picked[(size_t)i] * Kx, (size_t)Kx * 4);
-  if (Mp > 0)
-    mse::linear_forward({v.fmt, v.prologue, Mp, K, N, xs.data(), w, static_cast<const float*>(bias),
-                         static_cast<const float*>(norm), eps ? *static_cast<const float*>(eps) : 0.0f, nullptr,
-                         ys.data()});
-  const float nan = std::numeric_limits<float>::quiet_NaN();
+  mse::linear_forward({v.fmt, v.prologue, Mp, K, N, xs.data(), w, static_cast<const float*>(bias),
+                       static_cast<const float*>(norm), eps ? *static_cast<const float*>(eps) : 0.0f, nullptr,
+                       ys.data()});
   for (int64_t m = 0, i = 0; m < M; ++m) {
     float* dst = y + m * N;
     if (i < Mp && picked[(size_t)i] == m)
