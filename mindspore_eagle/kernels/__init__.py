@@ -31,4 +31,5 @@ from .choice import MatmulChoice
 from .ops import LinearKernel, check_packed, kernel_status, pack_weights
 
 __all__ = ["DecoderLayerKernel", "DecoderStackKernel", "LinearKernel", "MatmulChoice", "RowMoveKernel",
-           "TreeAttentionKernel", "check_packed", "fused_attention_supported", "fused_layer_supported", "kernel_status", "pack_weights"]
+           "TreeAttentionKernel", "check_packed", "fused_attention_supported", "fused_layer_supported",
+           "kernel_status", "pack_weights"]

@@ -185,7 +185,8 @@ int decoder_stack(int nparam, void** params, int* ndims, int64_t** shapes, const
       shapes[aux_i][1] != T || shapes[aux_i][2] != A * E || ndims[sin_i] != 2 || shapes[sin_i][0] != P ||
       shapes[sin_i][1] != shapes[cos_i][1])
     return 4;
-  std::vector<Layer> layers((size_t)nlayers);
+  thread_local std::vector<Layer> layers;
+  layers.resize((size_t)nlayers);
   for (int l = 0, g = first; l < nlayers; ++l) {
     if (int err = layer_weights(group_slots(g, qkv_bias, o_bias, &g), params, ndims, shapes, dtypes, bf16, B, E,
                                 &layers[(size_t)l]))
@@ -250,32 +251,28 @@ int decoder_stack(int nparam, void** params, int* ndims, int64_t** shapes, const
 
 extern "C" {
 
-#define MSE_LAYER_ENTRY(NAME, BF16, QKV_BIAS, O_BIAS)                                                      \
+// One entry point per (function, dtype, biases): FN is decoder_layer or decoder_stack.
+#define MSE_LAYER_ENTRY(NAME, FN, BF16, QKV_BIAS, O_BIAS)                                                  \
   int NAME(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) { \
-    return decoder_layer(nparam, params, ndims, shapes, dtypes, BF16, QKV_BIAS, O_BIAS);                 \
+    return FN(nparam, params, ndims, shapes, dtypes, BF16, QKV_BIAS, O_BIAS);                            \
   }
 
-MSE_LAYER_ENTRY(MseDecoderLayerF32, false, false, false)
-MSE_LAYER_ENTRY(MseDecoderLayerF32QkvBias, false, true, false)
-MSE_LAYER_ENTRY(MseDecoderLayerF32QkvBiasOBias, false, true, true)
-MSE_LAYER_ENTRY(MseDecoderLayerF32OBias, false, false, true)
-MSE_LAYER_ENTRY(MseDecoderLayerBf16, true, false, false)
-MSE_LAYER_ENTRY(MseDecoderLayerBf16QkvBias, true, true, false)
-MSE_LAYER_ENTRY(MseDecoderLayerBf16QkvBiasOBias, true, true, true)
-MSE_LAYER_ENTRY(MseDecoderLayerBf16OBias, true, false, true)
+MSE_LAYER_ENTRY(MseDecoderLayerF32, decoder_layer, false, false, false)
+MSE_LAYER_ENTRY(MseDecoderLayerF32QkvBias, decoder_layer, false, true, false)
+MSE_LAYER_ENTRY(MseDecoderLayerF32QkvBiasOBias, decoder_layer, false, true, true)
+MSE_LAYER_ENTRY(MseDecoderLayerF32OBias, decoder_layer, false, false, true)
+MSE_LAYER_ENTRY(MseDecoderLayerBf16, decoder_layer, true, false, false)
+MSE_LAYER_ENTRY(MseDecoderLayerBf16QkvBias, decoder_layer, true, true, false)
+MSE_LAYER_ENTRY(MseDecoderLayerBf16QkvBiasOBias, decoder_layer, true, true, true)
+MSE_LAYER_ENTRY(MseDecoderLayerBf16OBias, decoder_layer, true, false, true)
 
-#define MSE_STACK_ENTRY(NAME, BF16, QKV_BIAS, O_BIAS)                                                      \
-  int NAME(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) { \
-    return decoder_stack(nparam, params, ndims, shapes, dtypes, BF16, QKV_BIAS, O_BIAS);                 \
-  }
-
-MSE_STACK_ENTRY(MseDecoderStackF32, false, false, false)
-MSE_STACK_ENTRY(MseDecoderStackF32QkvBias, false, true, false)
-MSE_STACK_ENTRY(MseDecoderStackF32QkvBiasOBias, false, true, true)
-MSE_STACK_ENTRY(MseDecoderStackF32OBias, false, false, true)
-MSE_STACK_ENTRY(MseDecoderStackBf16, true, false, false)
-MSE_STACK_ENTRY(MseDecoderStackBf16QkvBias, true, true, false)
-MSE_STACK_ENTRY(MseDecoderStackBf16QkvBiasOBias, true, true, true)
-MSE_STACK_ENTRY(MseDecoderStackBf16OBias, true, false, true)
+MSE_LAYER_ENTRY(MseDecoderStackF32, decoder_stack, false, false, false)
+MSE_LAYER_ENTRY(MseDecoderStackF32QkvBias, decoder_stack, false, true, false)
+MSE_LAYER_ENTRY(MseDecoderStackF32QkvBiasOBias, decoder_stack, false, true, true)
+MSE_LAYER_ENTRY(MseDecoderStackF32OBias, decoder_stack, false, false, true)
+MSE_LAYER_ENTRY(MseDecoderStackBf16, decoder_stack, true, false, false)
+MSE_LAYER_ENTRY(MseDecoderStackBf16QkvBias, decoder_stack, true, true, false)
+MSE_LAYER_ENTRY(MseDecoderStackBf16QkvBiasOBias, decoder_stack, true, true, true)
+MSE_LAYER_ENTRY(MseDecoderStackBf16OBias, decoder_stack, true, false, true)
 
 }  // extern "C"

@@ -251,27 +251,29 @@ int selected_rows(const Variant& v, int64_t M, int64_t Kx, int64_t K, int64_t N,
   for (int64_t m = 0; m < M; ++m)
     if (flags[m]) picked.push_back(m);
   const int64_t Mp = (int64_t)picked.size();
-  const float* xf = static_cast<const float*>(x);
+  const bool first_rows = Mp == 0 || picked.back() == Mp - 1;  // real rows before padding: no gather, no scatter
+  const float* src = static_cast<const float*>(x);
+  float* dst = y;
+  if (!first_rows) {
+    xs.resize((size_t)(Mp * Kx));
+    ys.resize((size_t)(Mp * N));
+    for (int64_t i = 0; i < Mp; ++i) std::memcpy(xs.data() + i * Kx, src + picked[(size_t)i] * Kx, (size_t)Kx * 4);
+    src = xs.data(), dst = ys.data();
+  }
+  if (Mp > 0)
+    mse::linear_forward({v.fmt, v.prologue, Mp, K, N, src, w, static_cast<const float*>(bias),
+                         static_cast<const float*>(norm), eps ? *static_cast<const float*>(eps) : 0.0f, nullptr, dst});
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  if (Mp == 0 || picked.back() == Mp - 1) {  // the first Mp rows (real rows before padding): no gather, no scatter
-    if (Mp > 0)
-      mse::linear_forward({v.fmt, v.prologue, Mp, K, N, xf, w, static_cast<const float*>(bias),
-                           static_cast<const float*>(norm), eps ? *static_cast<const float*>(eps) : 0.0f, nullptr, y});
+  if (first_rows) {
     std::fill(y + Mp * N, y + M * N, nan);
     return 0;
   }
-  xs.resize((size_t)(Mp * Kx));
-  ys.resize((size_t)(Mp * N));
-  for (int64_t i = 0; i < Mp; ++i) std::memcpy(xs.data() + i * Kx, xf + picked[(size_t)i] * Kx, (size_t)Kx * 4);
-  mse::linear_forward({v.fmt, v.prologue, Mp, K, N, xs.data(), w, static_cast<const float*>(bias),
-                       static_cast<const float*>(norm), eps ? *static_cast<const float*>(eps) : 0.0f, nullptr,
-                       ys.data()});
   for (int64_t m = 0, i = 0; m < M; ++m) {
-    float* dst = y + m * N;
+    float* row = y + m * N;
     if (i < Mp && picked[(size_t)i] == m)
-      std::memcpy(dst, ys.data() + (i++) * N, (size_t)N * 4);
+      std::memcpy(row, ys.data() + (i++) * N, (size_t)N * 4);
     else
-      std::fill(dst, dst + N, nan);
+      std::fill(row, row + N, nan);
   }
   return 0;
 }

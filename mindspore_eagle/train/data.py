@@ -409,12 +409,9 @@ class _Progress:
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """Inside the block SIGTERM ends the run like Ctrl-C (the shard buffer is flushed, only the conversations in
-    flight are lost); the previous handler is restored after it. A no-op outside the main thread."""
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
+def on_sigterm(handler):
+    """Inside the block SIGTERM calls ``handler(signum, frame)``; the previous handler is restored after it. A no-op
+    outside the main thread (Python installs signal handlers there only)."""
     try:
         previous = signal.signal(signal.SIGTERM, handler)
     except ValueError:  # not the main thread
@@ -424,6 +421,15 @@ def _sigterm_as_interrupt():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _sigterm_as_interrupt():
+    """Inside the block SIGTERM ends the run like Ctrl-C (the shard buffer is flushed, only the conversations in
+    flight are lost)."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    return on_sigterm(handler)
 
 
 def generate_dataset(model_dir: str, out_dir: str, num_conversations: int | None = None, batch_size: int = 128,

@@ -30,12 +30,10 @@ Entry point: ``train_draft_main(argv)`` (the ``mindspore-eagle train-draft`` com
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
 import os
-import signal
 import sys
 import time
 
@@ -47,7 +45,7 @@ from ..runtime import smallest_holding
 from ..errors import CheckpointError, ConfigError, DataError, IdentityError
 from ..storage.fingerprint import directory_fingerprint
 from .data import (MANIFEST, Sequence_, StoredSequence, check_shapes, check_token_ids, conversation_id,
-                   first_out_of_vocab, index_sequences, manifest_good_bytes)
+                   first_out_of_vocab, index_sequences, manifest_good_bytes, on_sigterm)
 from .identity import check_claimable, claim, mismatch, read_identity
 from .sharegpt import source_of
 from .train_config import TrainConfig, build_parser
@@ -508,27 +506,6 @@ def draft_vocabulary(a: TrainConfig, init, train: list, tcfg, run_dir: str) -> D
     return vocab
 
 
-@contextlib.contextmanager
-def _sigterm_requests_stop():
-    """Inside the block SIGTERM only raises a flag (the yielded list becomes non-empty), which the training loop
-    reads after each batch: a signal arriving inside a compiled step never cuts it short. The previous handler is
-    restored after the block; outside the main thread the flag never rises."""
-    flag: list[int] = []
-
-    def handler(signum, frame):
-        flag.append(signum)
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield flag
-        return
-    try:
-        yield flag
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def train_draft_main(argv: list[str] | None = None) -> int:
     a = check_train_flags(argv)  # before anything is read, loaded or written
     buckets = a.buckets
@@ -672,7 +649,9 @@ def train_draft_main(argv: list[str] | None = None) -> int:
     epoch = trainer.step // per_epoch
     skip = trainer.step % per_epoch
     stop = False
-    with _sigterm_requests_stop() as terminated:
+    # SIGTERM only raises this flag, read after each batch: a signal never cuts a compiled step short
+    terminated: list[int] = []
+    with on_sigterm(lambda signum, frame: terminated.append(signum)):
         while trainer.step < total and not stop:
             erng = np.random.default_rng(a.seed + 1000 + epoch)  # same order per epoch on resume
             for t, batch in make_batches(train, buckets, a.tokens_per_batch, erng)[skip:]:
