@@ -241,6 +241,40 @@ def test_bench_batch_compares_every_run_with_c1_greedy_and_the_single_request_en
     assert_no_slot_leaked(stack.engine)
 
 
+def test_bench_batch_rounds_pair_the_modes_and_summarise_their_medians(stack, prompts):
+    """Each concurrency (and the single-request reference) runs ``rounds`` pairs (plain, then speculative) back to
+    back; the summary's ratios are of the medians and every round keeps its own; a rounds value below 1 is refused
+    before anything runs."""
+    from mindspore_eagle.serving.bench import bench_batch
+    from mindspore_eagle.serving.stack import single_proposer
+
+    lines = []
+    summary = bench_batch(stack.engine, prompts[:2], [1, 2], 4, stack.eos, None, log=lines.append, rounds=3)
+    runs = [json.loads(line) for line in lines[3:]]  # after the single-request engine's three greedy runs
+    assert [(r["concurrency"], r["round"]) for r in runs] == [(c, k) for c in (1, 2) for k in range(3)]
+    assert summary["rounds"] == 3 and summary["all_lossless"]
+    c2 = sorted(r["tok_s"] for r in runs if r["concurrency"] == 2)
+    c1 = sorted(r["tok_s"] for r in runs if r["concurrency"] == 1)
+    assert summary["throughput_over_c1_greedy"][2] == round(c2[1] / c1[1], 2)  # medians, not the last run
+    lines.clear()
+    summary = bench_batch(stack.engine, prompts[:2], [1], 4, stack.eos, single_proposer(stack), log=lines.append,
+                          rounds=2)
+    singles, runs = [json.loads(line) for line in lines[:4]], [json.loads(line) for line in lines[4:]]
+    assert [(r["round"], r["speculative"]) for r in singles] == [(0, False), (0, True), (1, False), (1, True)]
+    plain = (singles[0]["tok_s"] + singles[2]["tok_s"]) / 2  # the median of two
+    assert summary["c1_over_single_engine"]["greedy"] == round(
+        (runs[0]["tok_s"] + runs[2]["tok_s"]) / 2 / plain, 3)
+    assert [(r["round"], r["speculative"]) for r in runs] == [(0, False), (0, True), (1, False), (1, True)]
+    assert summary["spec_over_greedy_by_round"][1] == [round(runs[1]["tok_s"] / runs[0]["tok_s"], 2),
+                                                       round(runs[3]["tok_s"] / runs[2]["tok_s"], 2)]
+    assert summary["spec_over_greedy"][1] == round((runs[1]["tok_s"] + runs[3]["tok_s"])
+                                                   / (runs[0]["tok_s"] + runs[2]["tok_s"]), 2)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ConfigError, match="rounds"):
+            bench_batch(stack.engine, prompts[:1], [1], 2, stack.eos, rounds=bad)
+    assert_no_slot_leaked(stack.engine)
+
+
 def test_each_request_may_draft_from_its_own_source(stack, prompts, reference, monkeypatch):
     """Sources side by side in one batch: the suffix index alone, the head alone, both; all lossless, and the
     suffix-only request never grows the head. A head source on an engine without a head, or an unknown source, is

@@ -299,12 +299,15 @@ def cmd_bench_batch(args: argparse.Namespace) -> int:
     conc = [int(c) for c in args.concurrency.split(",")]
     if not conc or min(conc) < 1:
         raise ConfigError(f"--concurrency {args.concurrency!r}: comma-separated integers >= 1")
+    if args.rounds < 1:
+        raise ConfigError(f"--rounds {args.rounds}: must be >= 1 (pairs per concurrency)")
     args.max_seqs = max(conc)
     stack = _build_batch(args)
     prompts = load_prompts(args.prompts)
     ids = [stack.tokenizer.encode_chat([{"role": "user", "content": p}]) for p in prompts]
     print(f"warm-up {stack.engine.warm_up(sampling=False):.1f} s", file=sys.stderr, flush=True)
-    summary = bench_batch(stack.engine, ids, conc, args.max_new_tokens, stack.eos, single_proposer(stack))
+    summary = bench_batch(stack.engine, ids, conc, args.max_new_tokens, stack.eos, single_proposer(stack),
+                          rounds=args.rounds)
     print(json.dumps(summary))
     return 0
 
@@ -404,6 +407,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", default="evalset:16", help="as for bench (default evalset:16)")
     p.add_argument("--concurrency", default="1,2,4,8,16", help="comma-separated concurrencies (default 1,2,4,8,16)")
     p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="pairs (without, then with speculation) per concurrency, back to back; the summary gives "
+                        "the medians and every round's ratio (default 1)")
     _add_batch_flags(p, max_seqs=False)
     p.set_defaults(fn=cmd_bench_batch)
     return parser

@@ -6,6 +6,14 @@ no speculation) is the reference every other run's tokens are compared with (gre
 ``lossless``). One JSON line per run (with ``head_growths``: request-steps whose drafts included the head's, of
 ``request_steps``); the last line is the summary: throughput per run, speculation's ratio per concurrency and each
 concurrency's throughput over c = 1 greedy.
+
+``rounds``: how many times each concurrency's pair (without, then with speculation) runs, the pairs back to back
+(and the single-request engine's pair, the c = 1 reference, as many times before them).
+Why: on a shared VM the same forward's speed drifts by up to 1.5x between minutes, more than speculation's effect
+at high concurrency, so one pair cannot say whether speculation is below plain decoding "beyond noise". With
+several rounds the summary gives per concurrency the median throughput of each mode, speculation's ratio of the
+medians, and every round's own ratio (its pair ran seconds apart): their spread is the noise the ratio is read
+against.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..errors import ConfigError
 from .batch import BatchEngine
 
 
@@ -74,36 +83,52 @@ def run_single(engine: BatchEngine, prompts: Sequence[Sequence[int]], max_new_to
 
 
 def bench_batch(engine: BatchEngine, prompts: Sequence[Sequence[int]], concurrencies: Sequence[int],
-                max_new_tokens: int, eos: Sequence[int], single_proposer=None, log=print) -> dict:
+                max_new_tokens: int, eos: Sequence[int], single_proposer=None, log=print, rounds: int = 1) -> dict:
     """``single_proposer``: today's single-request proposer for the c = 1 reference (``stack.single_proposer``; it
-    learns its own step costs, as ``generate``'s does), or None without speculation."""
-    singles = {}
+    learns its own step costs, as ``generate``'s does), or None without speculation. ``rounds``: pairs per
+    concurrency (module docstring)."""
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ConfigError(f"rounds={rounds!r}: must be an integer >= 1")
+    singles: dict[bool, list[float]] = {}
     speculative = single_proposer is not None
-    for spec in ((False, True) if speculative else (False,)):
-        proposer = single_proposer if spec else None
-        run_single(engine, prompts[:2], 8, eos, proposer)  # compile the batch-1 engine's own graphs (commit moves)
-        r = run_single(engine, prompts, max_new_tokens, eos, proposer)
-        r.pop("_tokens")
-        log(json.dumps(r))
-        singles[spec] = r["tok_s"]
+    modes = (False, True) if speculative else (False,)
+    for spec in modes:  # compile the batch-1 engine's own graphs (commit moves)
+        run_single(engine, prompts[:2], 8, eos, single_proposer if spec else None)
+    for round_ in range(rounds):
+        for spec in modes:
+            r = run_single(engine, prompts, max_new_tokens, eos, single_proposer if spec else None)
+            r.pop("_tokens")
+            r["round"] = round_
+            log(json.dumps(r))
+            singles.setdefault(spec, []).append(r["tok_s"])
     runs, ref = [], None
     for c in concurrencies:
-        for spec in ((False, True) if speculative else (False,)):
-            r = run_load(engine, prompts, c, max_new_tokens, eos, spec)
-            toks = r.pop("_tokens")
-            if ref is None:
-                ref = toks
-            r["lossless"] = sum(a == b for a, b in zip(toks, ref))
-            log(json.dumps(r))
-            runs.append(r)
-    base = runs[0]["tok_s"]
-    by = {(r["concurrency"], r["speculative"]): r["tok_s"] for r in runs}
-    summary = {"runs": [{k: r[k] for k in ("concurrency", "speculative", "tok_s", "tau_mean", "lossless")}
+        for round_ in range(rounds):
+            for spec in ((False, True) if speculative else (False,)):
+                r = run_load(engine, prompts, c, max_new_tokens, eos, spec)
+                toks = r.pop("_tokens")
+                if ref is None:
+                    ref = toks
+                r["lossless"] = sum(a == b for a, b in zip(toks, ref))
+                r["round"] = round_
+                log(json.dumps(r))
+                runs.append(r)
+    tok_s: dict[tuple[int, bool], list[float]] = {}
+    for r in runs:
+        tok_s.setdefault((r["concurrency"], r["speculative"]), []).append(r["tok_s"])
+    by = {key: float(np.median(v)) for key, v in tok_s.items()}
+    base = by[(concurrencies[0], False)]
+    summary = {"runs": [{k: r[k] for k in ("concurrency", "round", "speculative", "tok_s", "tau_mean", "lossless")}
                         for r in runs],
+               "rounds": rounds,
                "throughput_over_c1_greedy": {c: round(by[(c, False)] / base, 2) for c in concurrencies},
                "spec_over_greedy": ({c: round(by[(c, True)] / by[(c, False)], 2) for c in concurrencies}
                                     if speculative else {}),
-               "c1_over_single_engine": {("spec" if k else "greedy"): round(by[(concurrencies[0], k)] / v, 3)
+               "spec_over_greedy_by_round": ({c: [round(s / g, 2) for g, s in zip(tok_s[(c, False)],
+                                                                                  tok_s[(c, True)])]
+                                              for c in concurrencies} if speculative else {}),
+               "c1_over_single_engine": {("spec" if k else "greedy"): round(by[(concurrencies[0], k)]
+                                                                            / float(np.median(v)), 3)
                                          for k, v in singles.items()} if concurrencies[0] == 1 else {},
                "all_lossless": all(r["lossless"] == len(prompts) for r in runs),
                "requests": len(prompts), "max_new_tokens": max_new_tokens}
