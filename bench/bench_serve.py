@@ -14,6 +14,7 @@ are what it is. Prints one JSON line per run; the last line is the summary.
 
     python bench/bench_serve.py [--prompts 16] [--max-tokens 64] [--concurrency 1,2,4,8,16]
         [--llamacpp-python .venv-llamacpp/bin/python] [--systems ours,llamacpp] [--max-seqs 16]
+        [--ours-flags '--dtype bfloat16']
 
 llama.cpp's server needs ``make bench-peers-setup`` (its venv with the server's dependencies).
 """
@@ -24,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -109,10 +111,10 @@ def summarize(system: str, c: int, res: list[dict], wall: float, ref: list[str] 
             "same_as_c1": None if ref is None else sum(r["text"] == t for r, t in zip(res, ref))}
 
 
-def start_ours(port: int, max_seqs: int, max_len: int) -> subprocess.Popen:
+def start_ours(port: int, max_seqs: int, max_len: int, flags: list[str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "mindspore_eagle.app.cli", "serve", "--port", str(port),
-                             "--max-seqs", str(max_seqs), "--max-cache-len", str(max_len), "--model-name", "m"],
-                            stdout=subprocess.DEVNULL, stderr=sys.stderr, cwd=ROOT)
+                             "--max-seqs", str(max_seqs), "--max-cache-len", str(max_len), "--model-name", "m"]
+                            + flags, stdout=subprocess.DEVNULL, stderr=sys.stderr, cwd=ROOT)
 
 
 def start_llamacpp(python: str, port: int, gguf: str, n_ctx: int) -> subprocess.Popen:
@@ -141,6 +143,7 @@ def main() -> int:
     ap.add_argument("--max-seqs", type=int, default=16)
     ap.add_argument("--max-cache-len", type=int, default=1024)
     ap.add_argument("--llamacpp-python", default=os.path.join(ROOT, ".venv-llamacpp", "bin", "python"))
+    ap.add_argument("--ours-flags", default="", help="more flags for our `serve`, e.g. '--dtype bfloat16'")
     a = ap.parse_args()
     sys.path.insert(0, ROOT)
     from mindspore_eagle.storage.assets import default_gguf_path, require_default_model
@@ -154,7 +157,7 @@ def main() -> int:
     systems = a.systems.split(",")
     if "ours" in systems:
         port = free_port()
-        proc = start_ours(port, max(a.max_seqs, max(conc)), a.max_cache_len)
+        proc = start_ours(port, max(a.max_seqs, max(conc)), a.max_cache_len, shlex.split(a.ours_flags))
         try:
             wait_ready(port, proc, "/health")
             url = f"http://127.0.0.1:{port}/v1/completions"
@@ -189,7 +192,7 @@ def main() -> int:
             finally:
                 stop(proc)
     by = {(r["system"], r["concurrency"]): r["tok_s"] for r in runs}
-    summary = {"runs": runs, "prompts": a.prompts, "max_tokens": a.max_tokens}
+    summary = {"runs": runs, "prompts": a.prompts, "max_tokens": a.max_tokens, "ours_flags": a.ours_flags}
     if ("ours greedy", 1) in by:
         base = by[("ours greedy", 1)]
         summary["ours_over_c1_greedy"] = {c: round(max(by[("ours greedy", c)], by[("ours spec", c)]) / base, 2)
