@@ -7,7 +7,7 @@ import pytest
 
 from mindspore_eagle.draft import hybrid
 from mindspore_eagle.draft.budget import GainGuard
-from mindspore_eagle.draft.hybrid import WAKE_MATCH, HybridProposer
+from mindspore_eagle.draft.hybrid import BASELINE_EVERY, BASELINE_SAMPLES, WAKE_MATCH, HybridProposer
 from mindspore_eagle.drafting import DraftingConfig
 from mindspore_eagle.errors import ConfigError
 from mindspore_eagle.verify import Acceptance
@@ -107,7 +107,7 @@ def test_an_asleep_proposer_looks_nothing_up_and_wakes_when_a_copy_starts(monkey
     while not prop.guard.dormant:
         _step(prop, text[pos - 1], text[pos:])
         pos += 1
-    assert pos - 5 == prop.guard.probe
+    assert pos - 5 == BASELINE_SAMPLES + prop.guard.probe  # the first steps time plain decoding, unweighed
     before = len(lookups)
     for _ in range(3):  # asleep: the root alone, no lookup
         assert _step(prop, text[pos - 1], text[pos:]).num_nodes == 1
@@ -135,3 +135,27 @@ def test_without_its_own_costs_a_proposer_leaves_its_guard_to_the_batch_engine_a
                           buckets=(1, 8, 16)).guard is None
     assert HybridProposer(DraftingConfig(proposer="suffix", budget="adaptive", max_nodes=16), buckets=(1, 8, 16),
                           gain_guard=False).guard is None
+
+
+def test_a_proposer_timing_itself_measures_plain_decoding_before_it_drafts_and_again_now_and_then():
+    """Every plan is weighed against plain decoding, so a proposer that learns its own costs verifies the root alone
+    for its first BASELINE_SAMPLES steps (even with confident drafts) and once more after BASELINE_EVERY steps
+    without a root-only one; a proposer the batch engine times (learn_costs=False) never does."""
+    text = [11, 12, 13, 14, 15] * 600  # a copy from the first step: the suffix index drafts it confidently
+    prop = HybridProposer(DraftingConfig(proposer="suffix", budget="adaptive", max_nodes=16), buckets=(1, 8, 16),
+                          clock=Clock(0.010))
+    prop.begin(text[:10], np.zeros((10, 0), np.float32), text[10])
+    pos, sizes = 11, []
+    while len(sizes) < BASELINE_SAMPLES + BASELINE_EVERY + 2:
+        layout = _step(prop, text[pos - 1], text[pos:])
+        sizes.append(layout.num_nodes)
+        pos = len(prop.index.tokens)
+    assert sizes[:BASELINE_SAMPLES] == [1] * BASELINE_SAMPLES
+    assert prop.tracker.samples(1) >= BASELINE_SAMPLES
+    drafting = sizes[BASELINE_SAMPLES:BASELINE_SAMPLES + BASELINE_EVERY]
+    assert min(drafting) > 1  # then it drafts, every step while it pays
+    assert sizes[BASELINE_SAMPLES + BASELINE_EVERY] == 1 and sizes[-1] > 1  # one root-only step, then drafts again
+    batch = HybridProposer(DraftingConfig(proposer="suffix", budget="adaptive", max_nodes=16), buckets=(1, 8, 16),
+                           learn_costs=False, clock=Clock(0.010))
+    batch.begin(text[:10], np.zeros((10, 0), np.float32), text[10])
+    assert _step(batch, text[10], text[11:]).num_nodes > 1

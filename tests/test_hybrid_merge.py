@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mindspore_eagle.draft.budget import CostTracker, EagleProfile, VerifyCosts, plan_budget, should_grow
+from mindspore_eagle.draft.hybrid import BASELINE_EVERY, BASELINE_SAMPLES
 from mindspore_eagle.draft.grow import select_tree
 from mindspore_eagle.draft.merge import (SOURCE_BOTH, SOURCE_EAGLE, SOURCE_ROOT, SOURCE_SUFFIX, CandidateTree,
                                          merge_trees, select, union)
@@ -267,12 +268,25 @@ def test_cost_tracker_table_equals_numpy_medians_recomputed_from_every_observati
         scale = float(np.median([seen[b] / prior[b] for b in seen])) if seen else 1.0
         known = sorted(seen)
         inside = [bool(known) and known[0] < b < known[-1] for b in sorted(prior)]
-        want = np.maximum.accumulate([
+        want = np.minimum.accumulate([  # non-decreasing from the top down: a bucket at most the next larger one
             seen[b] if b in seen else float(np.interp(b, known, [seen[k] for k in known])) if inner
-            else prior[b] * scale for b, inner in zip(sorted(prior), inside)]).tolist()
+            else prior[b] * scale for b, inner in reversed(list(zip(sorted(prior), inside)))])[::-1].tolist()
         got = tracker.costs()
         assert [ms for _, ms in got.bucket_ms] == want
         assert got.grow_ms == (float(np.median(grow)) if grow else COSTS.grow_ms)
+
+
+def test_a_slow_sample_in_a_small_bucket_does_not_price_the_larger_buckets():
+    """The table is non-decreasing from the top down: a bucket costs at most what the next larger one measured, so a
+    slow sample that stays a bucket's median (the rule stops choosing it; no new sample comes) neither keeps the
+    larger buckets unused nor stays above them. Seen in the single-request engine: bucket 8 stuck at 95 ms made 16
+    and 32 cost 95 ms too."""
+    tracker = CostTracker(COSTS, window=3)
+    tracker.observe(8, 400.0)  # slow, yet under the outlier cut (10 x 125)
+    tracker.observe(16, 130.0)
+    tracker.observe(32, 180.0)
+    assert dict(tracker.costs().bucket_ms) == {1: pytest.approx(70 * np.median([400 / 125, 130 / 126, 180 / 176])),
+                                               8: 130.0, 16: 130.0, 32: 180.0}
 
 
 def test_a_cost_sample_under_a_microsecond_is_not_learnt():
@@ -330,6 +344,8 @@ def test_a_tree_the_engine_replaced_by_the_root_alone_is_charged_to_the_root_buc
     prop = HybridProposer(SUFFIX_ADAPTIVE, buckets=COST_BUCKETS, costs=COSTS, clock=lambda: now[0])
     seq = [1, 2, 3, 4] * 6
     prop.begin(seq, np.zeros((len(seq), 0), np.float32), 1)
+    for _ in range(BASELINE_SAMPLES):  # plain decoding already timed (no root-only probe this step)
+        prop.tracker.observe(1, 70.0)
     observed = []
     learn = prop.tracker.observe
     prop.tracker.observe = lambda nodes, ms: (observed.append((nodes, ms)), learn(nodes, ms))

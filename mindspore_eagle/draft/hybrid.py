@@ -153,6 +153,7 @@ class HybridProposer:
         # batch engine weighs them (it knows what a row of the batched forward costs)
         self.guard = GainGuard() if gain_guard and budget == "adaptive" else None
         self._step_started: float | None = None  # propose's start of an awake step the guard will weigh
+        self._since_baseline = 0  # proposals since the smallest bucket's cost was last observed (learn_costs)
         self._catch_up_excess_ms = 0.0  # the catch-up beyond this step's share (tracker's accounting)
         self._clock = clock
         self._proposed_at: float | None = None
@@ -188,6 +189,8 @@ class HybridProposer:
         started = self._clock()
         if self.asleep(root_token):
             return TreeLayout.single(int(root_token))
+        if self._baseline_due():
+            return self._baseline_step(root_token)
         self._step_started = started if self.guard is not None and self.tracker is not None else None
         self._catch_up_excess_ms = 0.0
         cands = self.draft(root_token)
@@ -200,6 +203,26 @@ class HybridProposer:
             plan = plan_budget(self.scaled_probs(cands), self.costs, self.draft_ms)
             n, bucket = min(plan.num_nodes, self.max_nodes), plan.bucket
         return self.finish(cands, n, bucket)
+
+    def _baseline_due(self) -> bool:
+        """Whether this step verifies the root alone to measure plain decoding (``BASELINE_SAMPLES``,
+        ``BASELINE_EVERY``): only a proposer that learns its own costs, while the smallest bucket has too few
+        samples or has not been run for ``BASELINE_EVERY`` of its steps."""
+        if self.tracker is None:
+            return False
+        self._since_baseline += 1
+        return (self.tracker.samples(self.costs.bucket_ms[0][0]) < BASELINE_SAMPLES
+                or self._since_baseline > BASELINE_EVERY)
+
+    def _baseline_step(self, root_token: int) -> TreeLayout:
+        """The root alone, logged and timed as a proposal of one node (``accept`` learns its cost); no lookup, no
+        growth, nothing for the gain guard to weigh."""
+        self._check_root(root_token)
+        self._suffix, self._grew, self._step_started = None, False, None
+        self._catch_up_excess_ms = 0.0
+        self._since_growth += 1  # its tokens join the next catch-up
+        single = select(union(CandidateTree.single(int(root_token)), None), 1)
+        return self._record(single, False, self.costs.bucket_ms[0][0], 0)
 
     def scaled_probs(self, cands: SourcedCandidates) -> np.ndarray:
         """The candidates' non-root acceptance estimates, largest first, as the adaptive rule ranks them (corrected
@@ -317,6 +340,8 @@ class HybridProposer:
         if self.tracker is not None and self._proposed_at is not None and self._last is not None:
             self.tracker.observe(verified, (self._clock() - self._proposed_at) * 1000)  # the tree that ran
             self.costs = self.tracker.costs()
+            if verified == 1:
+                self._since_baseline = 0
         self._proposed_at = None
         if self.ratio is not None and self._last is not None and verified == proposed:
             self.ratio.observe(float(self._last.probs[1:].sum()), len(acceptance.path) - 1)
@@ -382,6 +407,18 @@ class HybridProposer:
         return {"eagle": flags.count(SOURCE_EAGLE), "suffix": flags.count(SOURCE_SUFFIX),
                 "both": flags.count(SOURCE_BOTH)}
 
+
+BASELINE_SAMPLES = 3
+"""A proposer that learns its own costs verifies the root alone until it has timed this many such steps: every plan
+is weighed against plain decoding, so its cost must be measured, not extrapolated. Why: a proposer whose drafts
+paid from the first step never ran a root-only step, and the prior's shape (dense fp32, where a 4-row verification
+costs 1.1 decode steps) scaled to the seen buckets priced plain decoding at 25 ms where it costs ~12 (native Q4_1,
+Zen 4 VM): trees of 4 nodes looked free, 686 of 745 steps verified them and the single-request engine ran at 0.75x of
+the batch engine's speed at one request, whose costs come from every step it runs."""
+
+BASELINE_EVERY = 128
+"""... and then once every this many of its proposals without a root-only step, so that plain decoding's cost
+follows the machine as the other buckets' do (the windows keep the last 16 samples of each)."""
 
 WAKE_MATCH = 4
 """An asleep request wakes when the committed sequence's last ``WAKE_MATCH`` tokens occurred earlier: a copy is
