@@ -104,7 +104,7 @@ def bench_batch(engine: BatchEngine, prompts: Sequence[Sequence[int]], concurren
     runs, ref = [], None
     for c in concurrencies:
         for round_ in range(rounds):
-            for spec in ((False, True) if speculative else (False,)):
+            for spec in modes:
                 r = run_load(engine, prompts, c, max_new_tokens, eos, spec)
                 toks = r.pop("_tokens")
                 if ref is None:
