@@ -32,8 +32,8 @@ def decode_panels(packed: np.ndarray, fmt: str, n: int) -> np.ndarray:
     d = packed[..., :64].copy().view(np.float32)  # [np, KB, 16]
     if fmt == "q4":
         m = packed[..., 64:128].copy().view(np.float32)
-        nib = packed[..., 128:].reshape(npanel, kb, 32, 8)
-        q = np.concatenate([nib & 15, nib >> 4], axis=-1).astype(np.float64)  # [np, KB, 32 rows, 16 columns]
+        pairs = packed[..., 128:].reshape(npanel, kb, 16, 16)  # [np, KB, row pair, column]
+        q = np.stack([pairs & 15, pairs >> 4], axis=3).reshape(npanel, kb, 32, 16).astype(np.float64)  # rows 2p, 2p+1
     else:
         m = np.zeros_like(d)
         q = packed[..., 64:].copy().view(np.int8).reshape(npanel, kb, 32, 16).astype(np.float64)

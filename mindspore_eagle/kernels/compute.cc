@@ -204,22 +204,22 @@ void block_q(const float* x, int64_t ldx, const uint8_t* w, int64_t KB, int64_t 
       }
     }
     const float* xk = x + kb * kQBlock;
-    for (int kk = 0; kk < kQBlock; ++kk) {
-      R wv[RN][kSub];
+    // Two K rows at a time (a Q4 pair shares one load, layout.py); each accumulator still adds row kk, then kk + 1.
+    for (int kk = 0; kk < kQBlock; kk += 2) {
       for (int j = 0; j < RN; ++j) {
-        R q[kSub];
+        R w0[kSub], w1[kSub];
         if (Q8) {
-          rq8(reinterpret_cast<const int8_t*>(blk[j] + 64 + kk * 16), q);
-          for (int s = 0; s < kSub; ++s) wv[j][s] = rmul(d[j][s], q[s]);
+          rq8(reinterpret_cast<const int8_t*>(blk[j] + 64 + kk * 16), w0);
+          rq8(reinterpret_cast<const int8_t*>(blk[j] + 64 + (kk + 1) * 16), w1);
+          for (int s = 0; s < kSub; ++s) w0[s] = rmul(d[j][s], w0[s]), w1[s] = rmul(d[j][s], w1[s]);
         } else {
-          rq4(blk[j] + 128 + kk * 8, q);
-          for (int s = 0; s < kSub; ++s) wv[j][s] = rfma(d[j][s], q[s], m[j][s]);
+          rq4_pair(blk[j] + 128 + kk * 8, w0, w1);
+          for (int s = 0; s < kSub; ++s) w0[s] = rfma(d[j][s], w0[s], m[j][s]), w1[s] = rfma(d[j][s], w1[s], m[j][s]);
         }
-      }
-      for (int i = 0; i < RM; ++i) {
-        const R xb = rset1(xk[i * ldx + kk]);
-        for (int j = 0; j < RN; ++j)
-          for (int s = 0; s < kSub; ++s) acc[i][j][s] = rfma(xb, wv[j][s], acc[i][j][s]);
+        for (int i = 0; i < RM; ++i) {
+          const R x0 = rset1(xk[i * ldx + kk]), x1 = rset1(xk[i * ldx + kk + 1]);
+          for (int s = 0; s < kSub; ++s) acc[i][j][s] = rfma(x1, w1[s], rfma(x0, w0[s], acc[i][j][s]));
+        }
       }
     }
   }
@@ -283,11 +283,13 @@ constexpr std::array<std::array<BlockQ, kWideRN>, sizeof...(RMs)> wide_q(std::in
 const auto kWideQ4 = wide_q<false>(std::make_integer_sequence<int, kMaxRMQ - kMaxRM>{});  // [RM - kMaxRM - 1][RN - 1]
 const auto kWideQ8 = wide_q<true>(std::make_integer_sequence<int, kMaxRMQ - kMaxRM>{});
 // Rows up to which quantized weights take the wide block; more rows go through the L1 slabs (quant_chunk_rows).
-// Which is faster at 8 rows depends on the core: linear kernels of a native Q4_1 forward, 2 threads, wide / slabs:
-// Intel Xeon (AVX-512 on 512-bit units) 16.0 / 18.8 ms, AMD EPYC Zen 4 (AVX-512 on 256-bit halves) 27-31 / 22-26 ms
-// (at 5 rows level there: 17.2 / 17.1 ms, fastest of each). So AMD stops at 7. Same bits either way (the same rebuilt
-// weights and fma chains); MSE_WIDE_Q_ROWS=4..8 overrides (4: never wide), which the self-test's test runs both ways;
-// another value is named on stderr and ignored, as MSE_KERNEL_ISA's (isa.cc).
+// Before the pair loop (block_q rebuilding two K rows per load, each panel's fmas right after its rebuild) AMD's
+// Zen 4 (AVX-512 on 256-bit halves) ran 8 rows faster through the slabs (wide / slabs 27-31 / 22-26 ms) and stopped
+// the wide block at 7; with it the wide block wins there too (linear kernels of a native Q4_1 forward, 2 threads,
+// context 256, two interleaved rounds: 16.8 / 18.6 ms wide against 23.9 / 32.4 through the slabs), so every
+// AVX-512 core takes it up to 8 rows. Same bits either way (the same rebuilt weights and fma chains);
+// MSE_WIDE_Q_ROWS=4..8 overrides (4: never wide), which the self-test's test runs both ways; another value is named
+// on stderr and ignored, as MSE_KERNEL_ISA's (isa.cc).
 int wide_rows() {
   static const int rows = [] {
     if (const char* env = std::getenv("MSE_WIDE_Q_ROWS")) {
@@ -296,8 +298,7 @@ int wide_rows() {
       std::fprintf(stderr, "mindspore_eagle kernels: MSE_WIDE_Q_ROWS=%s is not a row count in [%d, %d]; ignored\n", env,
                    kMaxRM, kMaxRMQ);
     }
-    __builtin_cpu_init();
-    return __builtin_cpu_is("amd") ? kMaxRMQ - 1 : kMaxRMQ;
+    return kMaxRMQ;
   }();
   return rows;
 }
@@ -322,21 +323,23 @@ BlockQ q_block(bool q8, int rm, int rn) {
 
 // One 32-row block of a quantized panel rebuilt as fp32 panel rows out[32][16] (the weights block_q uses).
 void dequant_block(const uint8_t* blk, bool q8, float* out) {
-  R d[kSub], m[kSub], q[kSub];
+  R d[kSub], m[kSub], q[kSub], q1[kSub];
   for (int s = 0; s < kSub; ++s) {
     d[s] = rload(reinterpret_cast<const float*>(blk) + s * kRL);
     if (!q8) m[s] = rload(reinterpret_cast<const float*>(blk + 64) + s * kRL);
   }
-  for (int kk = 0; kk < kQBlock; ++kk) {
-    V w;
+  for (int kk = 0; kk < kQBlock; kk += 2) {
+    V w0, w1;
     if (q8) {
       rq8(reinterpret_cast<const int8_t*>(blk + 64 + kk * 16), q);
-      for (int s = 0; s < kSub; ++s) set_part(w, s, rmul(d[s], q[s]));
+      rq8(reinterpret_cast<const int8_t*>(blk + 64 + (kk + 1) * 16), q1);
+      for (int s = 0; s < kSub; ++s) set_part(w0, s, rmul(d[s], q[s])), set_part(w1, s, rmul(d[s], q1[s]));
     } else {
-      rq4(blk + 128 + kk * 8, q);
-      for (int s = 0; s < kSub; ++s) set_part(w, s, rfma(d[s], q[s], m[s]));
+      rq4_pair(blk + 128 + kk * 8, q, q1);
+      for (int s = 0; s < kSub; ++s) set_part(w0, s, rfma(d[s], q[s], m[s])), set_part(w1, s, rfma(d[s], q1[s], m[s]));
     }
-    store(out + kk * kLanes, w);
+    store(out + kk * kLanes, w0);
+    store(out + (kk + 1) * kLanes, w1);
   }
 }
 
@@ -414,7 +417,7 @@ void dense_chunk(const LinearJob& c, int64_t p0, int64_t p1, const float* wf) {
 }
 
 // Chunk `item` of the job into y. Quantized weights with at most one row block (decode, small trees: up to 4 rows,
-// 7-8 on AVX-512, wide_rows) go through block_q, which rebuilds each weight in registers on its way to the row block's
+// 8 on AVX-512, wide_rows) go through block_q, which rebuilds each weight in registers on its way to the row block's
 // accumulators.
 void linear_chunk(const LinearJob& c, int64_t item) {
   const int64_t p0 = item * c.chunk, p1 = std::min(c.np, p0 + c.chunk);

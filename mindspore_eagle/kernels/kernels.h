@@ -19,9 +19,9 @@ enum Prologue { kNone = 0, kNorm = 1, kGlu = 2 };
 
 // The packed weight formats of kernels/layout.py, per 16-column panel:
 //     kF32  [np, K, 16] fp32          kBf16  [np, K/2, 32] bf16 bits
-//     kQ4   [np, K/32, 384] bytes: per 32-row block d[16], m[16] fp32, then 32 rows of 8 bytes, byte j holding
-//           column j (low nibble) and j + 8 (high nibble); W[k, n] = fma(d[n], q[k, n], m[n]) (GGUF Q4_1; Q4_0
-//           is m = -8 d)
+//     kQ4   [np, K/32, 384] bytes: per 32-row block d[16], m[16] fp32, then 16 row pairs of 16 bytes, byte j of
+//           pair p holding column j of row 2p (low nibble) and of row 2p + 1 (high nibble);
+//           W[k, n] = fma(d[n], q[k, n], m[n]) (GGUF Q4_1; Q4_0 is m = -8 d)
 //     kQ8   [np, K/32, 576] bytes: per block d[16] fp32, then 32 rows of 16 int8; W[k, n] = d[n] * q[k, n] (Q8_0)
 // The quantized formats reproduce the GGUF converter's fp32 value of every weight exactly (compute.cc).
 enum WeightFormat { kF32 = 0, kBf16 = 1, kQ4 = 2, kQ8 = 3 };

@@ -82,8 +82,9 @@ __all__ = ["LANES", "bf16_bits", "pack_bf16", "pack_f32", "packed_shape", "panel
 # A GGUF tensor of shape [N, K] (N output rows, K inputs; blocks of 32 along K) packs into panels of 16 output
 # columns whose 32-row blocks hold what the kernel needs to rebuild each weight with the converter's arithmetic:
 #
-#     q4:  [np, K/32, 384] bytes = d[16] fp32 | m[16] fp32 | 32 rows x 8 bytes (byte j: column j in the low
-#          nibble, column j + 8 in the high one);  W[k, n] = fma(d[n], q[k, n], m[n])
+#     q4:  [np, K/32, 384] bytes = d[16] fp32 | m[16] fp32 | 16 row pairs x 16 bytes (byte j of pair p: column j
+#          of row 2p in the low nibble, of row 2p + 1 in the high one: one 16-byte load widens to both rows'
+#          16 lanes);  W[k, n] = fma(d[n], q[k, n], m[n])
 #     q8:  [np, K/32, 576] bytes = d[16] fp32 | 32 rows x 16 int8;  W[k, n] = d[n] * q[k, n]
 #
 # GGUF Q4_1 blocks are (d fp16, m fp16, 16 bytes: value j in the low nibble of byte j, value j + 16 in the
@@ -146,7 +147,7 @@ def pack_quantized(d: np.ndarray, m: np.ndarray, q: np.ndarray, fmt: str) -> np.
     if fmt == "q4":
         parts.append(np.ascontiguousarray(panels(m.astype(np.float32)).transpose(0, 2, 1)).view(np.uint8))
         nib = qp.astype(np.uint8)
-        parts.append((nib[..., :8] | (nib[..., 8:] << 4)).reshape(npanel, kb, 256))
+        parts.append((nib[:, :, 0::2] | (nib[:, :, 1::2] << 4)).reshape(npanel, kb, 256))  # [np, KB, 16, 16]
     elif fmt == "q8":
         parts.append(np.ascontiguousarray(qp.astype(np.int8)).view(np.uint8).reshape(npanel, kb, 512))
     else:

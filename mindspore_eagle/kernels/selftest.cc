@@ -106,7 +106,7 @@ QWeight make_q(mse::WeightFormat fmt, int64_t K, int64_t N, uint64_t seed) {
           const int q = (int)(r.next() >> 60);  // 0..15
           const float prod = d * (float)q;
           w.dense[(size_t)(k * N + n)] = prod + m;
-          blk[128 + kk * 8 + j % 8] |= (uint8_t)(j < 8 ? q : q << 4);
+          blk[128 + (kk / 2) * 16 + j] |= (uint8_t)(kk % 2 ? q << 4 : q);
         } else {
           const int q = (int)(int8_t)(r.next() >> 56);
           w.dense[(size_t)(k * N + n)] = (float)q * d;

@@ -101,11 +101,12 @@ inline void rbf16_bcast(uint32_t pair, R& even, R& odd) {
   odd = _mm512_castsi512_ps(_mm512_set1_epi32((int)(pair & 0xFFFF0000u)));
 }
 inline R rmul(R a, R b) { return _mm512_mul_ps(a, b); }
-// The 16 4-bit values of 8 bytes (lane j < 8: low nibble of byte j, lane j >= 8: high nibble of byte j - 8).
-inline void rq4(const uint8_t* p, R q[kSub]) {
-  const __m128i b = _mm_loadl_epi64((const __m128i*)p);
-  const __m128i c = _mm_unpacklo_epi64(b, _mm_srli_epi16(b, 4));
-  q[0] = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_cvtepu8_epi32(c), _mm512_set1_epi32(15)));
+// Two rows of 16 4-bit values from 16 bytes: lane j of `even` = low nibble of byte j, of `odd` = its high nibble
+// (layout.py's q4 pairs). One widening load serves both rows.
+inline void rq4_pair(const uint8_t* p, R even[kSub], R odd[kSub]) {
+  const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)p));
+  even[0] = _mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(15)));
+  odd[0] = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
 }
 inline void rq8(const int8_t* p, R q[kSub]) {  // 16 int8 values
   q[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)));
@@ -186,10 +187,12 @@ inline void rbf16_bcast(uint32_t pair, R& even, R& odd) {
   odd = _mm256_castsi256_ps(_mm256_set1_epi32((int)(pair & 0xFFFF0000u)));
 }
 inline R rmul(R a, R b) { return _mm256_mul_ps(a, b); }
-inline void rq4(const uint8_t* p, R q[kSub]) {
-  const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)p));
-  q[0] = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(15)));
-  q[1] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+inline void rq4_pair(const uint8_t* p, R even[kSub], R odd[kSub]) {
+  for (int s = 0; s < kSub; ++s) {
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(p + s * kRL)));
+    even[s] = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(15)));
+    odd[s] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+  }
 }
 inline void rq8(const int8_t* p, R q[kSub]) {
   q[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)));
@@ -275,13 +278,17 @@ inline void rbf16_bcast(uint32_t pair, R& even, R& odd) {
   odd = vreinterpretq_f32_u32(vdupq_n_u32(pair & 0xFFFF0000u));
 }
 inline R rmul(R a, R b) { return vmulq_f32(a, b); }
-inline void rq4(const uint8_t* p, R q[kSub]) {
-  const uint8x8_t b = vld1_u8(p);
-  const uint16x8_t lo = vmovl_u8(vand_u8(b, vdup_n_u8(15))), hi = vmovl_u8(vshr_n_u8(b, 4));
+inline void widen_u8(uint8x16_t v, R q[kSub]) {  // 16 bytes -> 16 fp32 lanes
+  const uint16x8_t lo = vmovl_u8(vget_low_u8(v)), hi = vmovl_u8(vget_high_u8(v));
   q[0] = vcvtq_f32_u32(vmovl_u16(vget_low_u16(lo)));
   q[1] = vcvtq_f32_u32(vmovl_u16(vget_high_u16(lo)));
   q[2] = vcvtq_f32_u32(vmovl_u16(vget_low_u16(hi)));
   q[3] = vcvtq_f32_u32(vmovl_u16(vget_high_u16(hi)));
+}
+inline void rq4_pair(const uint8_t* p, R even[kSub], R odd[kSub]) {
+  const uint8x16_t b = vld1q_u8(p);
+  widen_u8(vandq_u8(b, vdupq_n_u8(15)), even);
+  widen_u8(vshrq_n_u8(b, 4), odd);
 }
 inline void rq8(const int8_t* p, R q[kSub]) {
   const int8x16_t b = vld1q_s8(p);
@@ -362,8 +369,8 @@ inline void rbf16_bcast(uint32_t pair, R& even, R& odd) {
   odd = bits_to_float(pair & 0xFFFF0000u);
 }
 inline R rmul(R a, R b) { return a * b; }
-inline void rq4(const uint8_t* p, R q[kSub]) {
-  for (int l = 0; l < 8; ++l) q[l] = (float)(p[l] & 15), q[l + 8] = (float)(p[l] >> 4);
+inline void rq4_pair(const uint8_t* p, R even[kSub], R odd[kSub]) {
+  for (int l = 0; l < 16; ++l) even[l] = (float)(p[l] & 15), odd[l] = (float)(p[l] >> 4);
 }
 inline void rq8(const int8_t* p, R q[kSub]) {
   for (int l = 0; l < 16; ++l) q[l] = (float)p[l];
