@@ -67,10 +67,10 @@ def test_quantized_kernels_equal_the_fp32_kernel_on_the_converters_values_on_eve
 
 
 def test_quantized_rows_give_the_same_bits_through_the_wide_block_and_the_l1_slabs(selftest_exe, native_selftest):
-    """On AVX-512, 5-8 quantized rows take one wide register block (the default, ``wide_rows`` in compute.cc) or
-    the L1 slabs; MSE_WIDE_Q_ROWS forces either. Every case on every path must hash the same both ways (its 5-, 6-
-    and 8-row cases cross the limit). A value outside 4..8 is named on stderr (where an AVX-512 path runs) and
-    ignored."""
+    """On AVX-512, 5-16 quantized rows take one or two wide register blocks (the default, ``wide_rows`` in
+    compute.cc) or the L1 slabs; MSE_WIDE_Q_ROWS forces either (4: the slabs from 5 rows). Every case on every path
+    must hash the same both ways (its 5-, 6-, 8-, 9- and 16-row cases cross the limit). A value outside 4..8 is named
+    on stderr (where an AVX-512 path runs) and ignored."""
     default = build.parse_selftest(native_selftest)
     avx512 = any(path.startswith("avx512") for _, path in default)
     for rows in ("4", "8", "9"):
