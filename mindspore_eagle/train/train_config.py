@@ -220,7 +220,8 @@ HELP = {
                 "--min-delta tau across them (0: never)",
     "min_delta": "the held-out tau gain across the --patience window that keeps a run going",
     "max_answer_tokens": "train on the first sequences of the data holding this many answer tokens (scaling runs)",
-    "time_limit_min": "training-time budget of the run, resumes included (the LR decays over it)",
+    "time_limit_min": "training-time budget of the run, resumes included and pauses (SIGSTOP) left out (the LR decays "
+                      "over it)",
     "prompt_loss": "also train on prompt positions (--no-prompt-loss: answers only)",
     "dtype": "exported weight dtype",
     "init_head": "start from this head (public EAGLE-3 directory); lm_head rows move to the new draft vocabulary by "

@@ -35,7 +35,6 @@ import json
 import math
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -46,6 +45,7 @@ from ..errors import CheckpointError, ConfigError, DataError, IdentityError
 from ..storage.fingerprint import directory_fingerprint
 from .data import (MANIFEST, Sequence_, StoredSequence, check_shapes, check_token_ids, conversation_id,
                    first_out_of_vocab, index_sequences, manifest_good_bytes, on_sigterm)
+from .clock import TrainClock, counting_pauses
 from .identity import check_claimable, claim, mismatch, read_identity
 from .sharegpt import source_of
 from .train_config import TrainConfig, build_parser
@@ -411,8 +411,7 @@ def _summary(sums) -> dict:
             "tau": round(simulated_tau(acc), 4), "positions": int(counts[0])}
 
 
-def _progress(step: int, total: int, t0: float, loss: float, acc: np.ndarray, extra: str = "") -> None:
-    el = time.time() - t0
+def _progress(step: int, total: int, el: float, loss: float, acc: np.ndarray, extra: str = "") -> None:
     bar = "#" * int(25 * step / max(total, 1))
     accs = " ".join(f"{a:.2f}" for a in acc[:4])
     print(f"\r[{bar:<25}] step {step}/{total} loss {loss:.3f} acc[0:4] {accs} {el / 60:.1f} min {extra}   ",
@@ -621,7 +620,7 @@ def train_draft_main(argv: list[str] | None = None) -> int:
         if evaluate:
             ev = trainer.evaluate_groups(held_batches)
             ev["step"] = trainer.step
-            ev["seconds"] = round(time.time() - t0, 1)
+            ev["seconds"] = round(clock.tick(), 1)
             if train_batches is not None:
                 tr = trainer.evaluate(train_batches)
                 ev["train"] = {"loss": tr["loss"], "acc": tr["acc"], "tau": tr["tau"], "positions": tr["positions"]}
@@ -637,12 +636,15 @@ def train_draft_main(argv: list[str] | None = None) -> int:
         trainer.save(run_dir, LAST_FILE)
         state["step"] = trainer.step
         state["data"] = data_info
-        state["train_seconds"] = round(time.time() - t0, 1)
+        state["train_seconds"] = round(clock.tick(), 1)
+        state["paused_seconds"] = round(paused_before + clock.paused_s, 1)
         with open(state_path + ".tmp", "w") as f:
             json.dump(state, f, indent=1)
         os.replace(state_path + ".tmp", state_path)
 
-    t0 = time.time() - state.get("train_seconds", 0.0)  # the time budget and LR decay continue across resumes
+    # the time budget and LR decay continue across resumes, and leave out the time the run was stopped (train.clock)
+    clock = TrainClock(state.get("train_seconds", 0.0))
+    paused_before = state.get("paused_seconds", 0.0)
     if not state["history"]:
         checkpoint(True)  # the curve starts at the initial head (random, or --init-head)
     ema_loss, ema_acc = None, np.zeros(a.ttt_steps)
@@ -651,22 +653,22 @@ def train_draft_main(argv: list[str] | None = None) -> int:
     stop = False
     # SIGTERM only raises this flag, read after each batch: a signal never cuts a compiled step short
     terminated: list[int] = []
-    with on_sigterm(lambda signum, frame: terminated.append(signum)):
+    with on_sigterm(lambda signum, frame: terminated.append(signum)), counting_pauses(clock):
         while trainer.step < total and not stop:
             erng = np.random.default_rng(a.seed + 1000 + epoch)  # same order per epoch on resume
             for t, batch in make_batches(train, buckets, a.tokens_per_batch, erng)[skip:]:
-                frac = (time.time() - t0) / (60 * a.time_limit_min) if a.time_limit_min else 0.0
+                frac = clock.tick() / (60 * a.time_limit_min) if a.time_limit_min else 0.0
                 loss, _, c, m = trainer.train_batch(t, batch, a.prompt_loss, frac)
                 acc = c / np.maximum(m, 1)
                 ema_loss = loss if ema_loss is None else 0.95 * ema_loss + 0.05 * loss
                 ema_acc = 0.95 * ema_acc + 0.05 * acc if trainer.step > 1 else acc
-                _progress(trainer.step, total, t0, ema_loss, ema_acc, f"epoch {epoch}")
+                _progress(trainer.step, total, clock.tick(), ema_loss, ema_acc, f"epoch {epoch}")
                 if terminated:
                     print(f"\nSIGTERM: stopping after step {trainer.step}", file=sys.stderr, flush=True)
                     state["stopped_by"] = "signal"
                     stop = True
                     break
-                timed_out = a.time_limit_min is not None and time.time() - t0 > 60 * a.time_limit_min
+                timed_out = a.time_limit_min is not None and clock.tick() > 60 * a.time_limit_min
                 if trainer.step % a.eval_every == 0 or trainer.step >= total or timed_out:
                     checkpoint(True)
                 elif trainer.step % a.ckpt_every == 0:
