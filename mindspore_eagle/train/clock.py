@@ -13,7 +13,6 @@ the previous tick (``paused``, set by the handler ``counting_pauses`` installs) 
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import time
 from collections import deque
@@ -21,15 +20,20 @@ from typing import Callable
 
 import numpy as np
 
+from .data import on_signal
+
 PAUSE_S = 600.0  # a gap this long is a pause even without SIGCONT (no training step or evaluation takes 10 minutes)
 
 
 class TrainClock:
-    """Training seconds so far (``seconds``), resumable: ``TrainClock(state["train_seconds"])``."""
+    """Training seconds so far (``seconds``) and wall seconds left out (``paused_s``), resumable:
+    ``TrainClock(state["train_seconds"], state["paused_seconds"])``. Tick once per training step (and once per
+    evaluation), so that the recent gaps are steps."""
 
-    def __init__(self, seconds: float = 0.0, now: Callable[[], float] = time.time, pause_s: float = PAUSE_S):
+    def __init__(self, seconds: float = 0.0, paused_s: float = 0.0, now: Callable[[], float] = time.time,
+                 pause_s: float = PAUSE_S):
         self.seconds = float(seconds)
-        self.paused_s = 0.0  # wall seconds left out so far
+        self.paused_s = float(paused_s)  # wall seconds left out so far
         self.paused = False  # SIGCONT since the last tick
         self._now, self._pause_s = now, float(pause_s)
         self._last = now()
@@ -50,22 +54,13 @@ class TrainClock:
         return self.seconds
 
 
-@contextlib.contextmanager
 def counting_pauses(clock: TrainClock):
-    """Inside the block SIGCONT marks ``clock.paused``; the previous handler is restored after it. A no-op outside
-    the main thread (Python installs signal handlers there only)."""
+    """Inside the block SIGCONT marks ``clock.paused`` (``data.on_signal``: the previous handler restored after it,
+    a no-op outside the main thread)."""
     def handler(signum, frame):
         clock.paused = True
 
-    try:
-        previous = signal.signal(signal.SIGCONT, handler)
-    except ValueError:  # not the main thread
-        yield clock
-        return
-    try:
-        yield clock
-    finally:
-        signal.signal(signal.SIGCONT, previous)
+    return on_signal(signal.SIGCONT, handler)
 
 
 __all__ = ["PAUSE_S", "TrainClock", "counting_pauses"]

@@ -409,18 +409,23 @@ class _Progress:
 
 
 @contextlib.contextmanager
-def on_sigterm(handler):
-    """Inside the block SIGTERM calls ``handler(signum, frame)``; the previous handler is restored after it. A no-op
-    outside the main thread (Python installs signal handlers there only)."""
+def on_signal(signum: int, handler):
+    """Inside the block signal ``signum`` calls ``handler(signum, frame)``; the previous handler is restored after
+    it. A no-op outside the main thread (Python installs signal handlers there only)."""
     try:
-        previous = signal.signal(signal.SIGTERM, handler)
+        previous = signal.signal(signum, handler)
     except ValueError:  # not the main thread
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signum, previous)
+
+
+def on_sigterm(handler):
+    """``on_signal`` for SIGTERM."""
+    return on_signal(signal.SIGTERM, handler)
 
 
 def _sigterm_as_interrupt():

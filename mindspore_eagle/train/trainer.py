@@ -636,15 +636,14 @@ def train_draft_main(argv: list[str] | None = None) -> int:
         trainer.save(run_dir, LAST_FILE)
         state["step"] = trainer.step
         state["data"] = data_info
-        state["train_seconds"] = round(clock.tick(), 1)
-        state["paused_seconds"] = round(paused_before + clock.paused_s, 1)
+        state["train_seconds"] = round(clock.seconds, 1)
+        state["paused_seconds"] = round(clock.paused_s, 1)
         with open(state_path + ".tmp", "w") as f:
             json.dump(state, f, indent=1)
         os.replace(state_path + ".tmp", state_path)
 
     # the time budget and LR decay continue across resumes, and leave out the time the run was stopped (train.clock)
-    clock = TrainClock(state.get("train_seconds", 0.0))
-    paused_before = state.get("paused_seconds", 0.0)
+    clock = TrainClock(state.get("train_seconds", 0.0), state.get("paused_seconds", 0.0))
     if not state["history"]:
         checkpoint(True)  # the curve starts at the initial head (random, or --init-head)
     ema_loss, ema_acc = None, np.zeros(a.ttt_steps)
@@ -657,18 +656,19 @@ def train_draft_main(argv: list[str] | None = None) -> int:
         while trainer.step < total and not stop:
             erng = np.random.default_rng(a.seed + 1000 + epoch)  # same order per epoch on resume
             for t, batch in make_batches(train, buckets, a.tokens_per_batch, erng)[skip:]:
-                frac = clock.tick() / (60 * a.time_limit_min) if a.time_limit_min else 0.0
+                frac = clock.seconds / (60 * a.time_limit_min) if a.time_limit_min else 0.0
                 loss, _, c, m = trainer.train_batch(t, batch, a.prompt_loss, frac)
+                clock.tick()  # once per step: a pause counts as one step (train.clock)
                 acc = c / np.maximum(m, 1)
                 ema_loss = loss if ema_loss is None else 0.95 * ema_loss + 0.05 * loss
                 ema_acc = 0.95 * ema_acc + 0.05 * acc if trainer.step > 1 else acc
-                _progress(trainer.step, total, clock.tick(), ema_loss, ema_acc, f"epoch {epoch}")
+                _progress(trainer.step, total, clock.seconds, ema_loss, ema_acc, f"epoch {epoch}")
                 if terminated:
                     print(f"\nSIGTERM: stopping after step {trainer.step}", file=sys.stderr, flush=True)
                     state["stopped_by"] = "signal"
                     stop = True
                     break
-                timed_out = a.time_limit_min is not None and clock.tick() > 60 * a.time_limit_min
+                timed_out = a.time_limit_min is not None and clock.seconds > 60 * a.time_limit_min
                 if trainer.step % a.eval_every == 0 or trainer.step >= total or timed_out:
                     checkpoint(True)
                 elif trainer.step % a.ckpt_every == 0:
