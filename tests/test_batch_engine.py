@@ -226,6 +226,61 @@ def test_a_growing_requests_gain_guard_is_charged_its_share_of_the_batched_growt
     assert_no_slot_leaked(engine)
 
 
+def test_a_requests_own_catch_up_is_charged_to_its_own_gain_guard(stack, prompts, monkeypatch):
+    """Every head grows every step, and the first request's catch-ups are made 150 ms dearer: on the steps its head
+    caught up, its gain guard is charged at least those 150 ms; the requests growing beside it only their own
+    catch-up and their share of the batched growth (far below). Before, a step's catch-ups were summed with the
+    growth and shared out equally."""
+    import time as _time
+    from mindspore_eagle.draft.budget import GainGuard
+
+    engine, delay_ms = stack.engine, 150.0
+    factory = proposer_factory(engine.buckets, stack.drafting, engine.heads, explore_every=1)
+    slow: set[int] = set()  # guards whose request caught up slowly this step
+    made = []
+
+    def make(*args):
+        prop = factory(*args)
+        if not made:
+            catch_up = prop.catch_up
+
+            def slow_catch_up():
+                if prop.pending:
+                    _time.sleep(delay_ms / 1000)
+                    slow.add(id(prop.guard))
+                return catch_up()
+            prop.catch_up = slow_catch_up
+        made.append(prop)
+        return prop
+
+    charged: list[tuple[float, bool]] = []  # (charged step ms - plain row ms, this guard's catch-up was slow)
+    observe = GainGuard.observe
+
+    def recording(self, accepted, step_ms, plain_ms):
+        charged.append((step_ms - plain_ms, id(self) in slow))
+        return observe(self, accepted, step_ms, plain_ms)
+
+    forward_step = engine._forward_step
+
+    def step():
+        slow.clear()
+        return forward_step()
+
+    monkeypatch.setattr(engine, "proposer_factory", make)
+    monkeypatch.setattr(engine, "_plan_growth", lambda decoding, adaptive, caps, wanting, fixed: wanting)
+    monkeypatch.setattr(engine, "_row_prices", lambda plan, bucket: (1.0, 0.0))
+    monkeypatch.setattr(engine, "_forward_step", step)
+    monkeypatch.setattr(GainGuard, "observe", recording)
+    reqs = [engine.submit(p, 24, stack.eos) for p in prompts]
+    drain(engine)
+    assert sum(r.stats.head_growths for r in reqs[1:]) > 0
+    slowed = [ms for ms, was in charged if was]
+    others = [ms for ms, was in charged if not was]
+    assert slowed and all(ms >= delay_ms for ms in slowed), slowed
+    assert others and max(others) < delay_ms / 2, max(others)
+    assert_no_slot_leaked(engine)
+
+
 def test_bench_batch_compares_every_run_with_c1_greedy_and_the_single_request_engine(stack, prompts):
     from mindspore_eagle.serving.bench import bench_batch
     from mindspore_eagle.serving.stack import single_proposer
