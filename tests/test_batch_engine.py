@@ -227,21 +227,21 @@ def test_a_growing_requests_gain_guard_is_charged_its_share_of_the_batched_growt
 
 
 def test_a_requests_own_catch_up_is_charged_to_its_own_gain_guard(stack, prompts, monkeypatch):
-    """Every head grows every step, and the first request's catch-ups are made 150 ms dearer: on the steps its head
-    caught up, its gain guard is charged at least those 150 ms; the requests growing beside it only their own
-    catch-up and their share of the batched growth (far below). Before, a step's catch-ups were summed with the
-    growth and shared out equally."""
+    """Every head grows every step, and one request's catch-ups are made 400 ms dearer: on the steps its head
+    caught up, its gain guard is charged at least those 400 ms; the requests growing beside it only their own
+    catch-up and their share of the batched growth (well below; a long prompt's first catch-up took ~80 ms under
+    `make test`'s two workers). Before, a step's catch-ups were summed with the growth and shared out equally."""
     import time as _time
     from mindspore_eagle.draft.budget import GainGuard
 
-    engine, delay_ms = stack.engine, 150.0
+    engine, delay_ms = stack.engine, 400.0
     factory = proposer_factory(engine.buckets, stack.drafting, engine.heads, explore_every=1)
     slow: set[int] = set()  # guards whose request caught up slowly this step
     made = []
 
     def make(*args):
         prop = factory(*args)
-        if not made:
+        if len(made) == 1:  # the second request's (the first, a copy, is done in two steps)
             catch_up = prop.catch_up
 
             def slow_catch_up():
@@ -266,6 +266,7 @@ def test_a_requests_own_catch_up_is_charged_to_its_own_gain_guard(stack, prompts
         slow.clear()
         return forward_step()
 
+    engine.heads.warm_up()  # every growth batch and context bucket compiled: no step is charged a compile
     monkeypatch.setattr(engine, "proposer_factory", make)
     monkeypatch.setattr(engine, "_plan_growth", lambda decoding, adaptive, caps, wanting, fixed: wanting)
     monkeypatch.setattr(engine, "_row_prices", lambda plan, bucket: (1.0, 0.0))
@@ -277,7 +278,7 @@ def test_a_requests_own_catch_up_is_charged_to_its_own_gain_guard(stack, prompts
     slowed = [ms for ms, was in charged if was]
     others = [ms for ms, was in charged if not was]
     assert slowed and all(ms >= delay_ms for ms in slowed), slowed
-    assert others and max(others) < delay_ms / 2, max(others)
+    assert others and max(others) < 0.6 * delay_ms, max(others)
     assert_no_slot_leaked(engine)
 
 
