@@ -575,8 +575,8 @@ class BatchEngine:
         """Feed ``req``'s gain guard (``budget.GainGuard``) what its drafting saved this step, in milliseconds of
         the batch's throughput: each accepted draft is a token the batch emitted without a step, worth a plain row
         (``prices``); against it, its draft rows and its drafting time (``Request._draft_ms``: its proposer's host
-        time, its own catch-up and its share of the heads' growth). Why here: the proposer cannot time its share of a batched forward.
-        Asleep and fixed-budget steps weigh nothing."""
+        time, its own catch-up and its share of the heads' growth). Why here: the proposer cannot time its share of a
+        batched forward. Asleep and fixed-budget steps weigh nothing."""
         guard = getattr(req.proposer, "guard", None)
         if guard is None or not req._awake:
             return
