@@ -70,7 +70,8 @@ def main(argv=None) -> int:
                "train_seen": fixed_sample([s for s in train if s.pid in seen_ids], a.sample),
                "train_unseen": fixed_sample([s for s in train if s.pid not in seen_ids], a.sample)}
     rng = np.random.default_rng(0)
-    batches = {k: make_batches(v, (256,), 1024, rng, shuffle=False) for k, v in samples.items()}
+    # a head that passed over all of its training split leaves no unseen training text: that sample is skipped
+    batches = {k: make_batches(v, (256,), 1024, rng, shuffle=False) for k, v in samples.items() if v}
     rows = []
     for name, path in heads:
         init = _read_init_head(path, tcfg)
@@ -96,10 +97,10 @@ def main(argv=None) -> int:
         with open(os.path.join(a.out, "head_gap.json"), "w") as f:
             json.dump(result, f, indent=1)
         lines = ["| head | held-out tau | training, seen tau | training, unseen tau |", "|---|---|---|---|"]
-        lines += [f"| {r['head']} | {r['heldout']['tau']:.3f} | {r['train_seen']['tau']:.3f} | "
-                  f"{r['train_unseen']['tau']:.3f} |" for r in rows]
+        lines += ["| " + " | ".join([r["head"]] + [f"{r[k]['tau']:.3f}" if k in r else "-" for k in samples]) + " |"
+                  for r in rows]
         with open(os.path.join(a.out, "head_gap.md"), "w") as f:
-            f.write(f"Depth-3 simulated tau on three fixed {a.sample}-sequence samples of `{a.data}`; 'seen' = "
+            f.write(f"Depth-{a.ttt_steps} simulated tau on fixed {a.sample}-sequence samples of `{a.data}`; 'seen' = "
                     f"training sequences among the first {a.seen_tokens:,} answer tokens in data order "
                     "(`experiments/head_gap.py`)\n\n" + "\n".join(lines) + "\n")
     print(json.dumps(result))

@@ -156,6 +156,23 @@ def test_a_ledger_rebuilds_the_generated_shards_bit_for_bit(sessions, teacher_di
         assert json.load(f) == json.load(g)  # the generator may go on adding to the rebuilt directory
 
 
+def test_a_recipe_naming_a_ledger_rebuilds_it_through_the_data_command(sessions, teacher_dir, tmp_path, capsys):
+    """``python -m mindspore_eagle.train.data --from-ledger`` (a recipe's ``"data": {"from_ledger": ...}``, what
+    ``scripts/train_default_head.sh data`` runs) writes the generator's shards; a generation setting beside it is
+    refused by name before anything is written."""
+    from mindspore_eagle.train.data import main as data_main
+
+    data, book, *_ = sessions
+    out = str(tmp_path / "from-ledger")
+    assert data_main(["--from-ledger", book, "--teacher", teacher_dir, "--out", out]) == 0
+    assert_same_data(out, data)
+    refused = str(tmp_path / "refused")
+    assert data_main(["--from-ledger", book, "--teacher", teacher_dir, "--out", refused, "--prompts", "mix",
+                      "--topk", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "--prompts, --topk cannot apply" in err and not os.path.exists(refused)
+
+
 def test_the_ledger_holds_the_answer_ids_and_nothing_of_the_prompts(sessions):
     from mindspore_eagle.train.data import stored_answer_tokens
     from mindspore_eagle.train.identity import read_identity

@@ -40,7 +40,8 @@ instead of appending its answers to the first one's. The default directory is ke
 (``default_data_dir``), so two teachers whose directories share a name never share data.
 
 Answers outlive the directory in an answer ledger (``train.ledger``: the answer ids only, for git), from which the
-shards are rebuilt bit for bit into a directory of the same identity, which generation then continues.
+shards are rebuilt bit for bit into a directory of the same identity, which generation then continues. A recipe
+whose answers are kept in git names its ledger (``"from_ledger"``): ``main`` then rebuilds it instead of generating.
 """
 
 from __future__ import annotations
@@ -706,6 +707,13 @@ def main(argv: list[str] | None = None) -> int:
         if not os.path.isdir(teacher):
             raise ConfigError(f"teacher {teacher}: no such directory; pass --teacher DIR (a converted teacher)")
         out = c.out or default_data_dir(teacher)
+        if c.from_ledger is not None:  # a recipe whose answers are kept in git: rebuild them, answer nothing anew
+            from .rebuild import rebuild_from_ledger
+
+            s = rebuild_from_ledger(c.from_ledger, teacher, out, time_limit_s=c.time_limit)
+            print(f"{s.conversations} conversations rebuilt ({s.skipped} already there), {s.answer_tokens} answer "
+                  f"tokens at {s.answer_tok_s:.1f} answer tok/s; data in {out}")
+            return 0
         n = generate_dataset(teacher, out, c.num_conversations, c.batch_size, c.max_new_tokens, c.max_prompt_tokens,
                              c.topk, time_limit_s=c.time_limit, per_category=c.per_category,
                              second_turns=c.second_turns, max_answer_tokens=c.max_answer_tokens, prompts=c.prompts,

@@ -149,9 +149,12 @@ class DataConfig:
     max_prompt_tokens: int = 160
     topk: int = 32
     skip_ledger: str | None = None
+    from_ledger: str | None = None
 
     def __post_init__(self) -> None:
-        """ConfigError naming the flag for a value of another type (a recipe file's ``"batch_size": "128"``)."""
+        """ConfigError naming the flag for a value of another type (a recipe file's ``"batch_size": "128"``), and
+        for a generation setting given beside ``from_ledger`` (the ledger's own settings apply: a value given there
+        would be silently ignored)."""
         for f in dataclasses.fields(self):
             value, kind = getattr(self, f.name), str(f.type)  # "int", "int | None", ...
             if value is None and kind.endswith("| None"):
@@ -159,11 +162,22 @@ class DataConfig:
             is_kind, what = TYPES[kind.split(" ")[0]]
             if not is_kind(value):
                 raise ConfigError(f"{flag(f.name)} {value!r}: must be {what}")
+        if self.from_ledger is not None:
+            given = [flag(f.name) for f in dataclasses.fields(self)
+                     if f.name not in LEDGER_FIELDS and getattr(self, f.name) != f.default]
+            if given:
+                raise ConfigError(f"--from-ledger {self.from_ledger}: {', '.join(given)} cannot apply (a rebuild "
+                                  "answers nothing anew: the ledger's own prompt and generation settings are its "
+                                  "identity); leave them out, or generate without --from-ledger")
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> "DataConfig":
         """Field defaults, then the ``"data"`` section of ``--config``'s file, then the flags given."""
         return config_from_args(cls, ns, "data")
+
+
+LEDGER_FIELDS = ("out", "teacher", "time_limit", "from_ledger")
+"""DataConfig's fields that apply to a rebuild from a ledger (``from_ledger``); the others are the ledger's."""
 
 
 # ----- the command line and recipe files --------------------------------------------------------------------------
@@ -253,6 +267,8 @@ DATA_HELP = {
     "topk": "teacher logits stored per position (the soft target)",
     "skip_ledger": "answer ledger whose conversations are not generated again (the same identity): a fresh "
                    "directory continues the ledger without rebuilding it; export the new answers into it after",
+    "from_ledger": "rebuild the features of this answer ledger's conversations instead of generating answers (as "
+                   "`python -m mindspore_eagle.train.ledger rebuild`; with --out, --teacher, --time-limit only)",
 }
 
 def flag(name: str) -> str:
