@@ -183,12 +183,32 @@ def test_requests_whose_drafts_do_not_pay_sleep_in_the_batch_and_stay_lossless(s
     assert_no_slot_leaked(engine)
 
 
+def record_guard_charges(engine, monkeypatch, step_tags, tag) -> list:
+    """Every charge a gain guard is fed from now on, as (charged step ms - plain row ms, ``tag(guard)``);
+    ``step_tags`` (what the test marks about guards during one step) is cleared before each engine step."""
+    from mindspore_eagle.draft.budget import GainGuard
+
+    charged: list = []
+    observe, forward_step = GainGuard.observe, engine._forward_step
+
+    def recording(self, accepted, step_ms, plain_ms):
+        charged.append((step_ms - plain_ms, tag(self)))
+        return observe(self, accepted, step_ms, plain_ms)
+
+    def step():
+        step_tags.clear()
+        return forward_step()
+
+    monkeypatch.setattr(engine, "_forward_step", step)
+    monkeypatch.setattr(GainGuard, "observe", recording)
+    return charged
+
+
 def test_a_growing_requests_gain_guard_is_charged_its_share_of_the_batched_growth(stack, prompts, monkeypatch):
     """Every batched growth made 60 ms dearer: on each step a request grew, its gain guard is charged at least its
     share of that growth (60 ms over the requests that grew together) on top of its rows; on steps it did not grow,
     none of it. Draft rows are priced at 0, so the growth share is what the charge holds beyond the host time."""
     import time as _time
-    from mindspore_eagle.draft.budget import GainGuard
 
     engine, delay_ms = stack.engine, 60.0
     monkeypatch.setattr(engine, "_row_prices", lambda plan, bucket: (1.0, 0.0))
@@ -201,22 +221,8 @@ def test_a_growing_requests_gain_guard_is_charged_its_share_of_the_batched_growt
         share.update({id(r.proposer.guard): delay_ms / len(growing) for r in growing})
         return out
 
-    charged: list[tuple[float, float]] = []  # (charged step ms - plain row ms, growth share)
-    observe = GainGuard.observe
-
-    def recording(self, accepted, step_ms, plain_ms):
-        charged.append((step_ms - plain_ms, share.pop(id(self), 0.0)))
-        return observe(self, accepted, step_ms, plain_ms)
-
-    forward_step = engine._forward_step
-
-    def step():
-        share.clear()  # shares of one step only
-        return forward_step()
-
     monkeypatch.setattr(engine, "_grow", slow_grow)
-    monkeypatch.setattr(engine, "_forward_step", step)
-    monkeypatch.setattr(GainGuard, "observe", recording)
+    charged = record_guard_charges(engine, monkeypatch, share, lambda guard: share.pop(id(guard), 0.0))
     reqs = [engine.submit(p, 24, stack.eos) for p in prompts]
     drain(engine)
     grew = [(ms, s) for ms, s in charged if s > 0]
@@ -229,10 +235,10 @@ def test_a_growing_requests_gain_guard_is_charged_its_share_of_the_batched_growt
 def test_a_requests_own_catch_up_is_charged_to_its_own_gain_guard(stack, prompts, monkeypatch):
     """Every head grows every step, and one request's catch-ups are made 400 ms dearer: on the steps its head
     caught up, its gain guard is charged at least those 400 ms; the requests growing beside it only their own
-    catch-up and their share of the batched growth (well below; a long prompt's first catch-up took ~80 ms under
-    `make test`'s two workers). Before, a step's catch-ups were summed with the growth and shared out equally."""
+    catch-up and their share of the batched growth, never those 400 ms (a long prompt's first catch-up took ~80 ms
+    under `make test`'s two workers, up to ~240 ms beside a training run). Before, a step's catch-ups were summed
+    with the growth and shared out equally: the slowed request was charged a fraction of its 400 ms."""
     import time as _time
-    from mindspore_eagle.draft.budget import GainGuard
 
     engine, delay_ms = stack.engine, 400.0
     factory = proposer_factory(engine.buckets, stack.drafting, engine.heads, explore_every=1)
@@ -253,32 +259,18 @@ def test_a_requests_own_catch_up_is_charged_to_its_own_gain_guard(stack, prompts
         made.append(prop)
         return prop
 
-    charged: list[tuple[float, bool]] = []  # (charged step ms - plain row ms, this guard's catch-up was slow)
-    observe = GainGuard.observe
-
-    def recording(self, accepted, step_ms, plain_ms):
-        charged.append((step_ms - plain_ms, id(self) in slow))
-        return observe(self, accepted, step_ms, plain_ms)
-
-    forward_step = engine._forward_step
-
-    def step():
-        slow.clear()
-        return forward_step()
-
     engine.heads.warm_up()  # every growth batch and context bucket compiled: no step is charged a compile
     monkeypatch.setattr(engine, "proposer_factory", make)
     monkeypatch.setattr(engine, "_plan_growth", lambda decoding, adaptive, caps, wanting, fixed: wanting)
     monkeypatch.setattr(engine, "_row_prices", lambda plan, bucket: (1.0, 0.0))
-    monkeypatch.setattr(engine, "_forward_step", step)
-    monkeypatch.setattr(GainGuard, "observe", recording)
+    charged = record_guard_charges(engine, monkeypatch, slow, lambda guard: id(guard) in slow)
     reqs = [engine.submit(p, 24, stack.eos) for p in prompts]
     drain(engine)
     assert sum(r.stats.head_growths for r in reqs[1:]) > 0
     slowed = [ms for ms, was in charged if was]
     others = [ms for ms, was in charged if not was]
     assert slowed and all(ms >= delay_ms for ms in slowed), slowed
-    assert others and max(others) < 0.6 * delay_ms, max(others)
+    assert others and max(others) < delay_ms, max(others)
     assert_no_slot_leaked(engine)
 
 
