@@ -233,14 +233,14 @@ def test_a_growing_requests_gain_guard_is_charged_its_share_of_the_batched_growt
 
 
 def test_a_requests_own_catch_up_is_charged_to_its_own_gain_guard(stack, prompts, monkeypatch):
-    """Every head grows every step, and one request's catch-ups are made 400 ms dearer: on the steps its head
-    caught up, its gain guard is charged at least those 400 ms; the requests growing beside it only their own
-    catch-up and their share of the batched growth, never those 400 ms (a long prompt's first catch-up took ~80 ms
-    under `make test`'s two workers, up to ~240 ms beside a training run). Before, a step's catch-ups were summed
-    with the growth and shared out equally: the slowed request was charged a fraction of its 400 ms."""
+    """Every head grows every step, and one request's catch-ups are made 600 ms dearer: on the steps its head
+    caught up, its gain guard is charged at least those 600 ms; the requests growing beside it only their own
+    catch-up and their share of the batched growth (well below; a long prompt's first catch-up took ~80 ms under
+    `make test`'s two workers, up to ~240 ms beside a training run, hence 600 and not 400). Before, a step's
+    catch-ups were summed with the growth and shared out equally: the slowed request was charged a fraction."""
     import time as _time
 
-    engine, delay_ms = stack.engine, 400.0
+    engine, delay_ms = stack.engine, 600.0
     factory = proposer_factory(engine.buckets, stack.drafting, engine.heads, explore_every=1)
     slow: set[int] = set()  # guards whose request caught up slowly this step
     made = []
@@ -270,7 +270,7 @@ def test_a_requests_own_catch_up_is_charged_to_its_own_gain_guard(stack, prompts
     slowed = [ms for ms, was in charged if was]
     others = [ms for ms, was in charged if not was]
     assert slowed and all(ms >= delay_ms for ms in slowed), slowed
-    assert others and max(others) < delay_ms, max(others)
+    assert others and max(others) < 0.6 * delay_ms, max(others)
     assert_no_slot_leaked(engine)
 
 

@@ -710,9 +710,7 @@ def main(argv: list[str] | None = None) -> int:
         if c.from_ledger is not None:  # a recipe whose answers are kept in git: rebuild them, answer nothing anew
             from .rebuild import rebuild_from_ledger
 
-            s = rebuild_from_ledger(c.from_ledger, teacher, out, time_limit_s=c.time_limit)
-            print(f"{s.conversations} conversations rebuilt ({s.skipped} already there), {s.answer_tokens} answer "
-                  f"tokens at {s.answer_tok_s:.1f} answer tok/s; data in {out}")
+            print(rebuild_from_ledger(c.from_ledger, teacher, out, time_limit_s=c.time_limit).summary(out))
             return 0
         n = generate_dataset(teacher, out, c.num_conversations, c.batch_size, c.max_new_tokens, c.max_prompt_tokens,
                              c.topk, time_limit_s=c.time_limit, per_category=c.per_category,

@@ -326,11 +326,7 @@ def main(argv: list[str] | None = None) -> int:
             teacher = a.teacher or default_model_dir()
             out = a.out or default_data_dir(teacher)
             s = rebuild_from_ledger(a.ledger, teacher, out, a.chunk, time_limit_s=a.time_limit, retarget=a.retarget)
-            print(f"{s.conversations} conversations rebuilt ({s.skipped} already there), {s.answer_tokens} answer "
-                  f"tokens, {s.rows_fed} rows fed in {s.seconds:.1f} s (+ {s.setup_seconds:.1f} s set-up): "
-                  f"{s.answer_tok_s:.1f} answer tok/s, {s.rows_fed / max(s.seconds, 1e-9):.1f} rows/s; data in {out}"
-                  + (f"; left out (not this teacher's greedy answers): {', '.join(s.mismatched)}" if s.mismatched
-                     else ""))
+            print(s.summary(out))
         else:
             print(json.dumps(summary(read_ledger(a.ledger))))
     except KeyboardInterrupt:

@@ -81,6 +81,15 @@ class RebuildStats:
     def answer_tok_s(self) -> float:
         return self.answer_tokens / self.seconds if self.seconds > 0 else 0.0
 
+    def summary(self, out_dir: str) -> str:
+        """The one line a rebuild prints (``ledger rebuild``, ``train.data --from-ledger``)."""
+        return (f"{self.conversations} conversations rebuilt ({self.skipped} already there), {self.answer_tokens} "
+                f"answer tokens, {self.rows_fed} rows fed in {self.seconds:.1f} s (+ {self.setup_seconds:.1f} s "
+                f"set-up): {self.answer_tok_s:.1f} answer tok/s, {self.rows_fed / max(self.seconds, 1e-9):.1f} "
+                f"rows/s; data in {out_dir}"
+                + (f"; left out (not this teacher's greedy answers): {', '.join(self.mismatched)}" if self.mismatched
+                   else ""))
+
 
 @dataclass(frozen=True)
 class _Turn:
