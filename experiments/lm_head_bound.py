@@ -39,23 +39,23 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 EMBED = "model.embed_tokens.weight"
-Q8_BLOCK_BYTES = 34  # fp16 d + 32 int8
 
 
-def q8_table(model_dir: str) -> tuple[np.ndarray, np.ndarray]:
-    """The tied LM head's GGUF blocks: d float32 [V, KB], q int8 [V, KB, 32]."""
+def q8_table(model_dir: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The tied LM head's GGUF blocks and weights: d float32 [V, KB], q int8 [V, KB, 32], and w = d * q float32
+    [V, K] as the converter computes it (``kernels.layout``: the fields and arithmetic the kernels are tested on)."""
     from safetensors import safe_open
 
     from mindspore_eagle.convert.teacher import QUANTIZED_NAME
+    from mindspore_eagle.kernels.layout import QUANT_BLOCK, dequantize_fields, gguf_fields
 
     with safe_open(os.path.join(model_dir, QUANTIZED_NAME), "np") as f:
         kind = (f.metadata() or {}).get(EMBED)
         raw = f.get_tensor(EMBED)
     if kind != "Q8_0":
         raise SystemExit(f"{EMBED} is {kind}, this experiment reads Q8_0 blocks")
-    blk = raw.reshape(raw.shape[0], -1, Q8_BLOCK_BYTES)
-    d = blk[:, :, :2].copy().view(np.float16)[..., 0].astype(np.float32)
-    return d, blk[:, :, 2:].copy().view(np.int8)
+    d, m, q = gguf_fields(raw, kind)
+    return d, q.reshape(q.shape[0], -1, QUANT_BLOCK), dequantize_fields(d, m, q, "q8")
 
 
 def final_rows(prompts: list[str], new_tokens: int) -> np.ndarray:
@@ -112,23 +112,22 @@ def main(argv: list[str] | None = None) -> int:
     else:
         prompts = [item.turns[0] for item in load_mtbench()]
     prompts = prompts[:args.prompts]
-    d, q = q8_table(default_model_dir())
+    d, q, w = q8_table(default_model_dir())
     q64 = q.astype(np.int64)
-    w = (d[:, :, None] * q.astype(np.float32)).reshape(d.shape[0], -1).astype(np.float64)  # d * q: exact
+    w = w.astype(np.float64)
     w1 = np.abs(w).sum(1)
     rows = final_rows(prompts, args.new_tokens)
     result = {"prompts": len(prompts), "source": args.prompts_file or "mtbench", "rows": int(len(rows)),
               "xmax_median": float(np.median(np.abs(rows).max(1)))}
-    gaps = []
-    for x in rows:
-        top2 = np.sort(w @ x.astype(np.float64))[-2:]
-        gaps.append(float(top2[1] - top2[0]))
-    result["top2_gap_p10"] = float(np.percentile(gaps, 10))
+    logits = rows.astype(np.float64) @ w.T  # fp64 reference logits, [rows, V]
+    top2 = np.sort(logits, axis=1)[:, -2:]
+    result["top2_gap_p10"] = float(np.percentile(top2[:, 1] - top2[:, 0], 10))
+    argmax = np.argmax(logits, axis=1)
     for bits in (int(b) for b in args.bits.split(",")):
         counts, bounds, missed = [], [], 0
-        for x in rows:
+        for x, best in zip(rows, argmax):
             mask, median_bound = candidates(x, d, q64, w1, bits)
-            missed += not mask[int(np.argmax(w @ x.astype(np.float64)))]
+            missed += not mask[int(best)]
             counts.append(int(mask.sum()))
             bounds.append(median_bound)
         c = np.array(counts)

@@ -104,6 +104,21 @@ def torch_greedy(model, prompt: list[int], n: int) -> list[int]:
     return out
 
 
+def load_script(*path: str):
+    """A script of the repository that is not a package module (``bench/``, ``experiments/``), imported from its
+    file: ``load_script("experiments", "ablate.py")``. Registered in ``sys.modules`` under its stem first, since
+    dataclasses resolve their annotations through it."""
+    import importlib.util
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location(os.path.splitext(path[-1])[0], os.path.join(root, *path))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def default_gguf_or_skip() -> str:
     """The SmolLM2 GGUF that ``mindspore-eagle setup`` downloads (``assets.default_gguf_path``). Skips when absent,
     unless MSE_REQUIRE_DEFAULT_MODEL=1 (set by `make test`), where a missing file is a failure."""

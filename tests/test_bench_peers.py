@@ -8,7 +8,7 @@ their "not run" reason, and the worker's measurement through the real protocol o
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 import subprocess
@@ -18,18 +18,14 @@ import types
 import numpy as np
 import pytest
 
-from tests.helpers import default_gguf_or_skip, default_model_or_skip, make_hf_checkpoint, torch_greedy
+from tests.helpers import default_gguf_or_skip, default_model_or_skip, load_script, make_hf_checkpoint, torch_greedy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
 def peers():
-    spec = importlib.util.spec_from_file_location("bench_peers", os.path.join(ROOT, "bench", "bench_peers.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench", "bench_peers.py")
 
 
 # ----- stop rule and summary ---------------------------------------------------------------------------------------

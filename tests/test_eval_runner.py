@@ -25,7 +25,7 @@ from mindspore_eagle.evaluation.evaluate import (MERGED_NAME, RunConfig, build_p
 from mindspore_eagle.oracle import OracleProposer
 from mindspore_eagle.teacher import Teacher
 from mindspore_eagle.evaluation.trace import read_trace
-from tests.helpers import torch_greedy
+from tests.helpers import load_script, torch_greedy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNTIME = dict(max_cache_len=96, buckets=(1, 8), prefill_chunk=8)  # two graphs: the tests stay fast
@@ -396,18 +396,9 @@ def test_msrun_launcher_equals_the_in_process_run(tiny, oracle_single, tmp_path)
 # ----- sweep and ablation experiments (experiments/: they must still run) ------------------------------------------
 
 
-def load_script(name):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "experiments", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_sweep_and_ablation_experiments_write_their_tables_and_plots(tiny, tmp_path, monkeypatch, capsys):
     stack = tiny[0]
-    sweep, ablate = load_script("sweep_budget"), load_script("ablate")
+    sweep, ablate = load_script("experiments", "sweep_budget.py"), load_script("experiments", "ablate.py")
     for script in (sweep, ablate):
         monkeypatch.setattr(script, "build", lambda *a, **k: stack)
         monkeypatch.setattr(script, "load_items", lambda *a, **k: ITEMS)

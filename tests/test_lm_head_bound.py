@@ -1,20 +1,13 @@
 """experiments/lm_head_bound.py's candidate rule, on literal Q8 tables: the column holding the exact logits' argmax
 is always a candidate (near-ties built on purpose), and well-separated columns leave one candidate."""
 
-import importlib.util
-import os
-
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import load_script
 
 
 def load_experiment():
-    path = os.path.join(ROOT, "experiments", "lm_head_bound.py")
-    spec = importlib.util.spec_from_file_location("lm_head_bound", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("experiments", "lm_head_bound.py")
 
 
 def fp32_chain(x: np.ndarray, w: np.ndarray) -> np.ndarray:
