@@ -151,6 +151,8 @@ class Teacher:
         load_strict(teacher.cell.weight_parameters(), os.path.join(model_dir, CKPT_NAME))
         pack_weights(teacher.cell, native)
         teacher.weights = "native" if native else "dense"
+        if runtime.greedy_output == "auto" and teacher.cell.greedy_head_ready:
+            teacher.greedy_output = ARGMAX  # the token without the logits is the cheaper greedy output here
         return teacher
 
     def _graphs(self) -> dict:

@@ -3,8 +3,9 @@ line why not.
 
 ``compute.cc`` (the arithmetic, on simd.h's 16-lane vector) is compiled once per instruction-set path of this
 architecture (``PATHS``: avx512bf16, avx512, avx2 and generic on x86-64; neon and generic on AArch64), each
-object with its own flags; ``isa.cc``, ``linear.cc``, ``attention.cc`` and ``layer.cc`` are compiled for the
-baseline and link them into one shared library. At load, ``isa.cc`` picks the best path the processor runs
+object with its own flags; ``isa.cc``, ``linear.cc``, ``attention.cc``, ``layer.cc``, ``rows.cc`` and ``argmax.cc``
+are compiled for the baseline and link them into one shared library (a function that needs more than its path's
+flags, as compute.cc's AVX512-VNNI blocks, names its target itself and runs only where isa.cc finds it). At load, ``isa.cc`` picks the best path the processor runs
 (``MSE_KERNEL_ISA`` names another), before any wider instruction executes: the same file serves every CPU of
 its architecture, and tests run every path this CPU can, comparing their bits.
 
@@ -37,7 +38,8 @@ from dataclasses import dataclass
 from ..storage.paths import home
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = tuple(os.path.join(_HERE, name) for name in ("isa.cc", "linear.cc", "attention.cc", "layer.cc", "rows.cc"))
+SOURCES = tuple(os.path.join(_HERE, name) for name in ("isa.cc", "linear.cc", "attention.cc", "layer.cc", "rows.cc",
+                                                       "argmax.cc"))
 COMPUTE = os.path.join(_HERE, "compute.cc")  # compiled once per instruction-set path
 HEADERS = tuple(os.path.join(_HERE, name) for name in ("kernels.h", "simd.h"))
 CXX = "g++"
@@ -273,7 +275,10 @@ def setup_kernels() -> str:
     if lib is None:
         return f"custom kernels unavailable ({status.reason}); models use MindSpore's MatMul"
     bf16 = "bfloat16 native (AVX512-BF16)" if lib.native_bf16 else "bfloat16 widened to float32 exactly"
-    return f"custom kernels ready: path {lib.isa} (this CPU runs {', '.join(lib.isas)}); float32, {bf16} ({lib.path})"
+    greedy = ("greedy tokens of a Q8 LM head from int16 dots (AVX512-VNNI)" if ctypes.CDLL(lib.path).MseArgmaxQ8Fast()
+              else "greedy tokens from the logits")
+    return (f"custom kernels ready: path {lib.isa} (this CPU runs {', '.join(lib.isas)}); float32, {bf16}; {greedy} "
+            f"({lib.path})")
 
 
 __all__ = ["KernelLibrary", "KernelStatus", "PATHS", "build", "build_selftest", "parse_selftest", "compile_commands", "current_isa", "kernels_dir",

@@ -854,11 +854,130 @@ int attention(const AttentionCall& c) {
   return 0;
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// The tied Q8 LM head's approximate logits (kernels.h ApproxQ8Job; argmax.cc turns them into the exact greedy token).
+// AVX512-VNNI's VPDPWSSD adds two int16 x int16 products per int32 lane, so one instruction per row covers two K rows
+// of 16 columns where the exact kernel spends one fma per K row plus the weights' rebuild (3 + M instructions per K
+// row against (1 + M) / 2 here). Compiled into the AVX-512 paths with a function-level target, run only where the
+// processor has VNNI (approx_q8_runs). Nothing here needs to match another path's bits: argmax.cc's bound covers
+// any order of these sums.
+#if defined(MSE_ISA_AVX512)
+#define MSE_VNNI __attribute__((target("avx512vnni")))
+
+inline int32_t xq_pair(const int16_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// RM rows x RN panels, all K: acc (int32) per 32-row block, folded into f (fp32) with the block's d.
+template <int RM, int RN>
+MSE_VNNI void approx_block(const int16_t* xq, int64_t K, const uint8_t* w, int64_t KB, float* out, int64_t ldo) {
+  __m512 f[RM][RN];
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) f[i][j] = _mm512_setzero_ps();
+  const int64_t pstride = KB * kQ8Bytes;
+  for (int64_t kb = 0; kb < KB; ++kb) {
+    __m512i acc[RM][RN];
+    for (int i = 0; i < RM; ++i)
+      for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_setzero_si512();
+    const uint8_t* blk[RN];
+    for (int j = 0; j < RN; ++j) {
+      blk[j] = w + j * pstride + kb * kQ8Bytes;
+      for (int64_t off = 0; off < kQ8Bytes; off += 64) prefetch(blk[j] + 2 * kQ8Bytes + off);
+    }
+    const int16_t* xk = xq + kb * kQBlock;
+    for (int p = 0; p < kQBlock / 2; ++p) {
+      __m512i wv[RN];
+      for (int j = 0; j < RN; ++j)
+        wv[j] = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[j] + 64 + p * 32)));
+      for (int i = 0; i < RM; ++i) {
+        const __m512i x = _mm512_set1_epi32(xq_pair(xk + i * K + 2 * p));
+        for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_dpwssd_epi32(acc[i][j], wv[j], x);
+      }
+    }
+    for (int j = 0; j < RN; ++j) {
+      const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(blk[j]));
+      for (int i = 0; i < RM; ++i) f[i][j] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(acc[i][j]), f[i][j]);
+    }
+  }
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) _mm512_storeu_ps(out + i * ldo + j * kLanes, f[i][j]);
+}
+
+// Register blocks: 2 RM RN accumulators (int32 and fp32) + RN weights + 1 broadcast <= 32 zmm.
+constexpr int kApproxRM = 4, kApproxRN = 8;
+int approx_panels(int rm) { return rm == 1 ? 8 : rm == 2 ? 6 : rm == 3 ? 4 : 3; }
+using ApproxBlock = void (*)(const int16_t*, int64_t, const uint8_t*, int64_t, float*, int64_t);
+template <int RM, int... RNs>
+constexpr std::array<ApproxBlock, sizeof...(RNs)> approx_row(std::integer_sequence<int, RNs...>) {
+  return {&approx_block<RM, RNs + 1>...};
+}
+template <int... RMs>
+constexpr std::array<std::array<ApproxBlock, kApproxRN>, sizeof...(RMs)> approx_table(std::integer_sequence<int, RMs...>) {
+  return {approx_row<RMs + 1>(std::make_integer_sequence<int, kApproxRN>{})...};
+}
+const auto kApprox = approx_table(std::make_integer_sequence<int, kApproxRM>{});
+
+// Up to kApproxRM rows: one register block, as wide as its rows allow. More: every row block takes a group of
+// approx_panels(kApproxRM) panels in turn, so that the group's weights (~31 KB) are read from L1 after the first.
+MSE_VNNI void approx_q8_chunk(const ApproxQ8Job& c, int64_t item) {
+  const int64_t p0 = item * c.chunk, p1 = std::min(c.np, p0 + c.chunk), KB = c.K / kQBlock, ldo = c.np * kLanes;
+  const int G = approx_panels((int)std::min<int64_t>(kApproxRM, c.M));
+  for (int64_t p = p0; p < p1; p += G) {
+    const int rn = (int)std::min<int64_t>(G, p1 - p);
+    for (int64_t m0 = 0; m0 < c.M; m0 += kApproxRM) {
+      const int rm = (int)std::min<int64_t>(kApproxRM, c.M - m0);
+      kApprox[rm - 1][rn - 1](c.xq + m0 * c.K, c.K, c.w + p * KB * kQ8Bytes, KB, c.out + m0 * ldo + p * kLanes, ldo);
+    }
+  }
+}
+
+// The candidates of one row (argmax.cc): with L_n = s out[n] and B_n = F colabs[n] (fp32), T the largest L_n - B_n,
+// every column n < N whose L_n + B_n reaches T - delta, in increasing n, where delta = 4.04 u max_n(|L_n| + B_n)
+// (u = 2^-24) covers the fp32 rounding of these sums and of T. Returns the count, or cap + 1 once more than cap.
+int64_t approx_q8_candidates(const float* out, const float* colabs, int64_t N, float s, float F, int32_t* cand,
+                             int64_t cap) {
+  const __m512 vs = _mm512_set1_ps(s), vF = _mm512_set1_ps(F);
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  __m512 top = _mm512_set1_ps(-INFINITY), mag = _mm512_setzero_ps();
+  for (int64_t n = 0; n < N; n += kLanes) {
+    const __mmask16 m = (__mmask16)lane_mask(N - n);
+    const __m512 L = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(m, out + n));
+    const __m512 B = _mm512_mul_ps(vF, _mm512_maskz_loadu_ps(m, colabs + n));
+    top = _mm512_mask_max_ps(top, m, top, _mm512_sub_ps(L, B));
+    mag = _mm512_max_ps(mag, _mm512_add_ps(_mm512_and_ps(L, abs_mask), B));
+  }
+  const double delta = 4.04 * 0x1p-24 * (double)_mm512_reduce_max_ps(mag);
+  const double want = (double)_mm512_reduce_max_ps(top) - delta;
+  float thr = (float)want;
+  if ((double)thr > want) thr = std::nextafter(thr, -INFINITY);  // rounded down: never fewer candidates
+  const __m512 vthr = _mm512_set1_ps(thr);
+  int64_t count = 0;
+  for (int64_t n = 0; n < N; n += kLanes) {
+    const __mmask16 m = (__mmask16)lane_mask(N - n);
+    const __m512 L = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(m, out + n));
+    const __m512 B = _mm512_mul_ps(vF, _mm512_maskz_loadu_ps(m, colabs + n));
+    uint32_t hit = _mm512_mask_cmp_ps_mask(m, _mm512_add_ps(L, B), vthr, _CMP_GE_OQ);
+    while (hit) {
+      if (count == cap) return cap + 1;
+      cand[count++] = (int32_t)(n + __builtin_ctz(hit));
+      hit &= hit - 1;
+    }
+  }
+  return count;
+}
+#define MSE_APPROX_OPS approx_q8_chunk, approx_q8_candidates
+#else
+#define MSE_APPROX_OPS nullptr, nullptr
+#endif
+
 }  // namespace
 
 #define MSE_STR2(x) #x
 #define MSE_STR(x) MSE_STR2(x)
-extern const IsaOps kOps = {MSE_STR(MSE_NS), panels_for_rows, linear_chunk, rmsnorm_rows, swiglu_rows, attention};
+extern const IsaOps kOps = {MSE_STR(MSE_NS), panels_for_rows, linear_chunk, rmsnorm_rows, swiglu_rows, attention,
+                             MSE_APPROX_OPS};
 
 }  // namespace MSE_NS
 }  // namespace mse

@@ -8,6 +8,7 @@
 //     MseKernelFeatures()       bit 0: the kernels run here (always, the generic path at least);
 //                               bit 1: bf16 natively (AVX512-BF16), bit 2: a SIMD path (not only generic)
 //     MseKernelIsa()            name of the path in use
+//     MseArgmaxQ8Fast()         1 when the path in use runs argmax.cc's greedy Q8 LM head fast (AVX512-VNNI), else 0
 //     MseKernelIsas(buf, n)     comma-separated names of the paths this processor can run, best first
 //     MseSelectIsa(name)        use that path from now on: 0, or 1 when it is unknown or cannot run here
 
@@ -90,6 +91,15 @@ const IsaOps& isa() {
   return *g_current;
 }
 
+bool approx_q8_runs() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return isa().approx_q8_chunk != nullptr && __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
 }  // namespace mse
 
 extern "C" {
@@ -102,6 +112,8 @@ int MseKernelFeatures() {
 }
 
 const char* MseKernelIsa() { return mse::isa().name; }
+
+int MseArgmaxQ8Fast() { return mse::approx_q8_runs() ? 1 : 0; }
 
 int MseKernelIsas(char* buf, int size) {
   std::string names;

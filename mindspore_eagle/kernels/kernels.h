@@ -5,6 +5,7 @@
 //     linear.cc     linear_forward: argument checks, the thread pool, prologues; calls the path's blocks
 //     attention.cc  attention_forward and the in-place row moves; calls the path's attention body
 //     layer.cc      a whole decoder layer from the two
+//     argmax.cc     the tied Q8 LM head's greedy token from int16 dot products and a bound (fast part in compute.cc)
 //
 // Arguments are checked by the entry points; these functions trust them.
 
@@ -96,6 +97,19 @@ struct LinearJob {
   WeightFormat fmt;
 };
 
+// The tied Q8 LM head's approximate logits from int16 activations (argmax.cc: the bound that makes its greedy token
+// exact). w: the head's blocks in the pair layout, per 16-column panel per 32-row block 64 B d[16] fp32, then 16 row
+// pairs x 16 columns x 2 int8 (byte 2j + t of pair p: column j of row 2p + t), so that one widening load gives every
+// lane j its (row 2p, row 2p + 1) int16 pair. out[i, n] (row stride ldo = 16 np) =
+//     sum over blocks b: d[b, n] * float(sum_{k in b} xq[i, k] q[k, n])     (the inner sum exact in int32)
+// chunk = panels per work item.
+struct ApproxQ8Job {
+  int64_t M, K, np, chunk, nchunks;
+  const int16_t* xq;  // [M, K]
+  const uint8_t* w;   // [np, K/32, 576]
+  float* out;         // [M, 16 np]
+};
+
 // What one instruction-set path provides (compute.cc). Every path computes the same bits.
 struct IsaOps {
   const char* name;
@@ -104,7 +118,16 @@ struct IsaOps {
   void (*rmsnorm_rows)(const float* x, int64_t M, int64_t K, const float* w, float eps, float* a);
   void (*swiglu_rows)(const float* x, int64_t M, int64_t K, float* a);  // x [M, 2K] -> a [M, K]
   int (*attention)(const AttentionCall& c);
+  // AVX-512 only (null on the other paths, where argmax.cc's portable loops serve): chunk `item` of an ApproxQ8Job
+  // (AVX512-VNNI instructions: run only where approx_q8_runs), and the candidates of one row of approximate logits
+  // (argmax.cc states the rule and the bound F).
+  void (*approx_q8_chunk)(const ApproxQ8Job& job, int64_t item);
+  int64_t (*approx_q8_candidates)(const float* out, const float* colabs, int64_t N, float s, float F, int32_t* cand,
+                                  int64_t cap);
 };
+
+// Whether the path in use computes ApproxQ8Job (its approx_q8_chunk is set and the processor has AVX512-VNNI).
+bool approx_q8_runs();
 
 // The path in use (isa.cc): chosen once, on first use, from MSE_KERNEL_ISA or the processor; MseSelectIsa
 // changes it (tests compare the paths' bits in one process).

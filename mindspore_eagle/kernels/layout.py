@@ -153,3 +153,33 @@ def pack_quantized(d: np.ndarray, m: np.ndarray, q: np.ndarray, fmt: str) -> np.
     else:
         raise ValueError(f"pack_quantized: format {fmt!r} (expected 'q4' or 'q8')")
     return np.ascontiguousarray(np.concatenate(parts, axis=2))
+
+
+# ----- the tied Q8 LM head's greedy token (argmax.cc) --------------------------------------------------------
+#
+#     pairs:   [np, K/32, 576] bytes = d[16] fp32 | 16 row pairs x 16 columns x 2 int8 (byte 2j + t of pair p:
+#              column j of row 2p + t), the q8 panels' bytes reordered so that one widening load gives each lane
+#              its two rows' weights as an int16 pair (AVX512-VNNI's VPDPWSSD)
+#     colabs:  [N] fp32, sum_k |W[k, n]| per output column, rounded up (the bound's weight term)
+
+
+def q8_pair_panels(q8: np.ndarray) -> np.ndarray:
+    """q8 panels ``uint8 [np, K/32, 576]`` -> the same weights in the pair layout (same shape)."""
+    npanel, kb, width = q8.shape
+    if width != PANEL_BYTES["q8"]:
+        raise ValueError(f"q8_pair_panels: panels of {width} bytes, expected {PANEL_BYTES['q8']}")
+    q = q8[:, :, 64:].reshape(npanel, kb, QUANT_BLOCK // 2, 2, LANES).transpose(0, 1, 2, 4, 3)
+    return np.ascontiguousarray(np.concatenate([q8[:, :, :64], q.reshape(npanel, kb, 512)], axis=2))
+
+
+def q8_column_abs_sums(q8: np.ndarray, n: int) -> np.ndarray:
+    """``sum_k |d q|`` of each of the ``n`` output columns of q8 panels, in fp64 (every term exact), rounded up to
+    fp32: never below the exact sum, as the bound needs."""
+    npanel, kb, _ = q8.shape
+    d = np.ascontiguousarray(q8[:, :, :64]).view(np.float32).reshape(npanel, kb, LANES).astype(np.float64)
+    q = np.abs(q8[:, :, 64:].view(np.int8).reshape(npanel, kb, QUANT_BLOCK, LANES).astype(np.int64)).sum(axis=2)
+    sums = (np.abs(d) * q).sum(axis=1).reshape(-1)[:n]  # [np, KB, 16] -> [np, 16] -> [N]
+    up = sums.astype(np.float32)
+    low = up.astype(np.float64) < sums
+    up[low] = np.nextafter(up[low], np.float32(np.inf))
+    return up

@@ -54,7 +54,9 @@ class GreedyOutputs(nn.Cell):
 
     ``construct(input_ids, positions, mask, cache_rows) -> (argmax int32 [B, T], aux_hidden [B, T, 3H])``; inputs
     exactly as ``models.pangu.PanguForCausalLM``'s, whose Parameters and KV cache it shares (``auto_prefix=False``:
-    the names stay the checkpoint's).
+    the names stay the checkpoint's). Where the teacher has a greedy Q8 head (``greedy_head_ready``: a native Q8 tied
+    head on an AVX512-VNNI processor) the tokens come from it and no logits are computed; elsewhere from
+    ``first_argmax`` of the logits. Both give ``np.argmax`` of the logits ``LogitsOutputs`` returns.
     """
 
     def __init__(self, teacher_cell):
@@ -62,6 +64,8 @@ class GreedyOutputs(nn.Cell):
         self.teacher = teacher_cell
 
     def construct(self, input_ids, positions, mask, cache_rows, logit_rows=None):
+        if self.teacher.greedy_head_ready:  # the token straight from the greedy Q8 head (kernels.greedy_head)
+            return self.teacher.greedy(input_ids, positions, mask, cache_rows, logit_rows)
         logits, aux = self.teacher(input_ids, positions, mask, cache_rows, logit_rows)  # [B, T, V], [B, T, 3H]
         return first_argmax(logits), aux
 

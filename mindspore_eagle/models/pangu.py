@@ -16,6 +16,8 @@ from mindspore import Tensor, nn, ops
 from ..compute import ComputeChoice
 from ..teacher_config import TeacherConfig
 from ..kernels import DecoderLayerKernel, DecoderStackKernel, LinearKernel, fused_layer_supported
+from ..kernels.greedy_head import GreedyQ8HeadKernel
+from ..kernels.greedy_head import fast_here as greedy_head_fast
 from .layers import CachedAttention, Embedding, Linear, RMSNorm, SwiGLU, rope_tables, write_index
 
 
@@ -114,19 +116,15 @@ class PanguForCausalLM(nn.Cell):
         self.num_kv_heads = cfg.num_kv_heads
         # every layer fused (they are alike): the whole stack, embedding and RoPE rows included, runs as one op
         self.stacked = all(layer.fused for layer in self.model.layers) and len(self.aux_ids) > 0
+        # the greedy token without the logits (kernels.greedy_head), set by pack_kernel where it runs: a native Q8
+        # tied head on an AVX512-VNNI processor
+        self.greedy_head_ready = False
         if self.stacked:
             self.stack = DecoderStackKernel(matmul.dtype, cfg.qkv_bias, cfg.o_bias, cfg.rms_norm_eps, self.aux_ids)
 
     def construct(self, input_ids, positions, mask, cache_rows, logit_rows=None):
         b, t = input_ids.shape
-        if self.stacked:
-            args = ()
-            for layer in self.model.layers:
-                args = args + layer.stack_args()
-            x, aux = self.stack(input_ids, positions, cache_rows, mask, self.model.embed_tokens.weight, self.cos_table,
-                                self.sin_table, args)
-        else:
-            x, aux = self.layers_one_by_one(input_ids, positions, mask, cache_rows)
+        x, aux = self.hidden(input_ids, positions, mask, cache_rows)
         if self.tied_custom:  # [B, T, vocab] straight from the kernel (a reshape of its output would be a copy)
             return self.tied_kernel(x, None, self.model.norm.weight, None, logit_rows), aux
         if self.untied_rows and logit_rows is not None:
@@ -138,6 +136,25 @@ class PanguForCausalLM(nn.Cell):
             logits = self.lm_head(h2)
         logits = logits.reshape(b, t, -1)
         return logits, aux
+
+    def hidden(self, input_ids, positions, mask, cache_rows):
+        """The decoder stack: ``(hidden after the last layer [B, T, H], aux [B, T, A H])``, before the final norm."""
+        if self.stacked:
+            args = ()
+            for layer in self.model.layers:
+                args = args + layer.stack_args()
+            return self.stack(input_ids, positions, cache_rows, mask, self.model.embed_tokens.weight, self.cos_table,
+                              self.sin_table, args)
+        return self.layers_one_by_one(input_ids, positions, mask, cache_rows)
+
+    def greedy(self, input_ids, positions, mask, cache_rows, logit_rows=None):
+        """``(token int32 [B, T], aux)``: each row's ``np.argmax`` of the logits ``construct`` returns, from the
+        greedy Q8 head (``greedy_head_ready`` only; ``kernels.greedy_head``): rows not in ``logit_rows`` get 0, as
+        the argmax of their NaN logits would be."""
+        x, aux = self.hidden(input_ids, positions, mask, cache_rows)
+        token = self.greedy_head(x, self.tied_kernel.packed_weight, self.model.norm.weight, self.tied_kernel.eps,
+                                 logit_rows)
+        return token, aux
 
     def layers_one_by_one(self, input_ids, positions, mask, cache_rows):
         """The decoder stack one op per layer: ``(hidden after the last layer [B, T, H], aux [B, T, A H])``, what
@@ -161,11 +178,14 @@ class PanguForCausalLM(nn.Cell):
             blocks = (native or {}).get(self.model.embed_tokens.weight.name)
             if blocks is None or not self.tied_kernel.pack_native([blocks]):
                 self.tied_kernel.pack(self.model.embed_tokens.weight.asnumpy())
+            elif self.tied_kernel.format == "q8" and greedy_head_fast():
+                self.greedy_head = GreedyQ8HeadKernel(self.tied_kernel)
+                self.greedy_head_ready = True
 
     def weight_parameters(self) -> dict:
         """Name -> Parameter for every checkpointed weight (KV cache buffers and packed kernel copies excluded)."""
         return {p.name: p for p in self.get_parameters()
-                if not p.name.endswith(("k_cache", "v_cache", "packed_weight"))}
+                if not p.name.endswith(("k_cache", "v_cache", "packed_weight", "packed_pairs", "packed_colabs"))}
 
     def cache_parameters(self) -> list:
         """The per-layer ``(k_cache, v_cache)`` Parameter pairs, in layer order."""

@@ -1,0 +1,300 @@
+// The tied Q8 LM head's greedy token, exact, without computing 49k logits per row the exact way:
+//
+//     MseTiedArgmaxQ8     (x f32 [..., K], Q8 panels, pair panels, colabs f32 [N], norm f32 [K], eps f32 [1])
+//                         -> token int32 [...]
+//     MseTiedArgmaxQ8Rows (the same, then rows int32 [...])  -> token; rows flagged 0 get token 0 (not computed)
+//
+// token = np.argmax of the row's logits as the Q8 LM head kernel computes them (linear.cc, MseLinearQ8NormRows:
+// a = RMSNorm(x), logit[n] = one fma chain over k from 0 with w = d q): the first of equal maxima, the first NaN.
+//
+// Why: with several rows (tree verification, batched decoding) the exact Q8 head spends 3 + M instructions per K row
+// and 16 columns (weights rebuilt, one fma per row); AVX512-VNNI's VPDPWSSD multiplies int16 activations by the int8
+// weights two K rows at a time, (1 + M) / 2 instructions. Its logits are approximate; a bound makes the token exact:
+//
+//   1. a = RMSNorm(x) (the kernel's own prologue, same bits); s = max|a| / 32767; xq = round(a / s) (int16);
+//      e = max_k |a_k - s xq_k| (fp64, exact).
+//   2. approx: L~[n] = s * sum_b d[b, n] float(sum_{k in b} xq_k q[k, n])   (int32 inner sums exact; compute.cc's
+//      VNNI blocks where the path has them, approx_portable elsewhere: correct on every path, fast only there)
+//   3. every logit L[n] of the exact kernel lies within B[n] = F W1[n] of L~[n], W1[n] = sum_k |w[k, n]| (colabs,
+//      rounded up), F = 1.01 (e + (gamma_K + gamma_{K/32 + 3}) max(max|a|, 32767 s)), gamma_n = n u / (1 - n u),
+//      u = 2^-24:  |L - a.w| <= gamma_K sum_k |a_k w_k| (the kernel's K fmas, each rounding once);
+//      |s xq.w - a.w| <= e W1 (quantisation); |L~ - s xq.w| <= gamma_{K/32+3} 32767 s W1 (int32 -> fp32, the block
+//      fmas, the product by s).
+//   4. T = max_n (L~[n] - B[n]); the argmax column n* has L~[n*] + B[n*] >= L[n*] >= L[n] >= L~[n] - B[n] for every
+//      n, so it is among the candidates {n : L~[n] + B[n] >= T} (compute.cc's scan: fp32 with a slack covering
+//      its own roundings), and so is every column tied with it. The candidates' exact logits, by the kernel's own
+//      chain (exact_logit), pick the token: the largest, the lowest index among equals.
+// A row with a non-finite or zero max|a|, a subnormal s, or more than kMaxCandidates candidates takes the exact
+// kernel for its whole row (linear_forward, one row) and np.argmax's rule on it: the same token, the slow way.
+// Measured on MT-Bench and outside prompts (experiments/lm_head_bound.py): ~1.05 candidates per row.
+//
+// Rows are independent (the activations, the bound and the candidates of a row depend on that row only), so a
+// row's token never depends on the other rows of the call: the kernels' batch invariance.
+
+#include <algorithm>
+#include <atomic>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels.h"
+
+namespace {
+
+constexpr double kU = 0x1p-24;
+constexpr int64_t kMaxCandidates = 64;
+constexpr int64_t kChunkPanels = 24;  // panels per work item (a multiple of every register block's width)
+constexpr int64_t kLanes = 16;
+
+double gamma(int64_t n) { return n * kU / (1.0 - n * kU); }
+
+std::atomic<int64_t> g_rows{0}, g_candidates{0}, g_fallbacks{0};
+
+struct RowPlan {
+  float s = 0.0f, F = 0.0f;
+  bool fallback = true;
+  int32_t token = 0;
+};
+
+// Step 1 for one row: xq, s and F, or a fallback.
+RowPlan quantize(const float* a, int64_t K, int16_t* xq) {
+  RowPlan plan;
+  std::fill(xq, xq + K, (int16_t)0);
+  float amax = 0.0f;
+  for (int64_t k = 0; k < K; ++k) {
+    const float v = std::fabs(a[k]);
+    if (!(v <= FLT_MAX)) return plan;  // NaN or an infinity
+    amax = std::max(amax, v);
+  }
+  const float s = amax / 32767.0f;
+  if (!std::isnormal(s)) return plan;
+  double e = 0.0;
+  for (int64_t k = 0; k < K; ++k) {
+    const double r = std::min(32767.0, std::max(-32767.0, std::nearbyint((double)a[k] / (double)s)));
+    xq[k] = (int16_t)r;
+    e = std::max(e, std::fabs((double)a[k] - (double)s * r));  // s r is exact in fp64 (24 + 16 bits)
+  }
+  const double ref = std::max((double)amax, 32767.0 * (double)s);
+  const double F = 1.01 * (e + (gamma(K) + gamma(K / mse::kQBlock + 3)) * ref);
+  float Ff = (float)F;
+  if ((double)Ff < F) Ff = std::nextafter(Ff, std::numeric_limits<float>::infinity());
+  plan.s = s, plan.F = Ff, plan.fallback = false;
+  return plan;
+}
+
+// Column n's logit exactly as the Q8 kernel computes it (compute.cc block_q: w = d q, acc = fma(a_k, w, acc) for
+// k ascending from acc = 0; its K slabs and register blocks never change that chain).
+float exact_logit(const float* a, const uint8_t* q8, int64_t KB, int64_t n) {
+  const uint8_t* panel = q8 + (n / kLanes) * KB * mse::kQ8Bytes;
+  const int64_t lane = n % kLanes;
+  float acc = 0.0f;
+  for (int64_t kb = 0; kb < KB; ++kb) {
+    const uint8_t* blk = panel + kb * mse::kQ8Bytes;
+    float d;
+    std::memcpy(&d, blk + lane * 4, 4);
+    for (int64_t kk = 0; kk < mse::kQBlock; ++kk) {
+      const float w = d * (float)(int8_t)blk[64 + kk * kLanes + lane];
+      acc = std::fma(a[kb * mse::kQBlock + kk], w, acc);
+    }
+  }
+  return acc;
+}
+
+struct ArgmaxJob {
+  int64_t K, KB, N, ldo;
+  const float* act;       // [Mp, K]
+  const float* approx;    // [Mp, ldo]
+  const float* colabs;    // [N]
+  const uint8_t* q8;
+  RowPlan* plans;         // [Mp]
+  int32_t* cand;          // [Mp, kMaxCandidates]
+};
+
+// The portable approximation and scan, for paths without VNNI (compute.cc has the fast ones): the same sums in
+// another order (the int32 block sums are exact; one fma per block, as there), so the same bound holds. The product
+// takes the greedy head only where the fast one runs (MseArgmaxQ8Fast); tests run this one on every machine.
+void approx_portable(const mse::ApproxQ8Job& c, int64_t item) {
+  const int64_t p0 = item * c.chunk, p1 = std::min(c.np, p0 + c.chunk), KB = c.K / mse::kQBlock, ldo = c.np * kLanes;
+  for (int64_t p = p0; p < p1; ++p)
+    for (int64_t i = 0; i < c.M; ++i)
+      for (int64_t j = 0; j < kLanes; ++j) {
+        float f = 0.0f;
+        for (int64_t kb = 0; kb < KB; ++kb) {
+          const uint8_t* blk = c.w + (p * KB + kb) * mse::kQ8Bytes;
+          const int16_t* xk = c.xq + i * c.K + kb * mse::kQBlock;
+          int32_t acc = 0;
+          for (int64_t k = 0; k < mse::kQBlock; ++k)
+            acc += (int32_t)xk[k] * (int32_t)(int8_t)blk[64 + (k / 2) * 32 + 2 * j + (k % 2)];
+          float d;
+          std::memcpy(&d, blk + j * 4, 4);
+          f = std::fma(d, (float)acc, f);
+        }
+        c.out[i * ldo + p * kLanes + j] = f;
+      }
+}
+
+int64_t candidates_portable(const float* out, const float* colabs, int64_t N, float s, float F, int32_t* cand,
+                            int64_t cap) {
+  float top = -std::numeric_limits<float>::infinity(), mag = 0.0f;
+  for (int64_t n = 0; n < N; ++n) {
+    const float L = s * out[n], B = F * colabs[n];
+    top = std::max(top, L - B);
+    mag = std::max(mag, std::fabs(L) + B);
+  }
+  const double want = (double)top - 4.04 * kU * (double)mag;
+  float thr = (float)want;
+  if ((double)thr > want) thr = std::nextafter(thr, -std::numeric_limits<float>::infinity());
+  int64_t count = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const float L = s * out[n], B = F * colabs[n];
+    if (L + B >= thr) {
+      if (count == cap) return cap + 1;
+      cand[count++] = (int32_t)n;
+    }
+  }
+  return count;
+}
+
+void approx_item(const void* ctx, int64_t item) {
+  const mse::ApproxQ8Job& job = *static_cast<const mse::ApproxQ8Job*>(ctx);
+  if (mse::approx_q8_runs())
+    mse::isa().approx_q8_chunk(job, item);
+  else
+    approx_portable(job, item);
+}
+
+// Steps 3-4 for row r: its candidates, then the largest exact logit among them (lowest index among equals).
+void pick_item(const void* ctx, int64_t r) {
+  const ArgmaxJob& job = *static_cast<const ArgmaxJob*>(ctx);
+  RowPlan& plan = job.plans[r];
+  if (plan.fallback) return;
+  int32_t* cand = job.cand + r * kMaxCandidates;
+  const auto scan = mse::isa().approx_q8_candidates ? mse::isa().approx_q8_candidates : candidates_portable;
+  const int64_t count = scan(job.approx + r * job.ldo, job.colabs, job.N, plan.s, plan.F, cand, kMaxCandidates);
+  if (count < 1 || count > kMaxCandidates) {
+    plan.fallback = true;
+    return;
+  }
+  const float* a = job.act + r * job.K;
+  float best = exact_logit(a, job.q8, job.KB, cand[0]);
+  int32_t at = cand[0];
+  for (int64_t c = 1; c < count; ++c) {
+    const float v = exact_logit(a, job.q8, job.KB, cand[c]);
+    if (v > best) best = v, at = cand[c];  // finite: a row with a non-finite activation fell back
+  }
+  plan.token = at;
+  g_candidates.fetch_add(count, std::memory_order_relaxed);
+}
+
+// np.argmax's rule on one row of logits: the first NaN, else the first of equal maxima.
+int32_t first_argmax(const float* y, int64_t N) {
+  int64_t at = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    if (y[n] != y[n]) return (int32_t)n;
+    if (y[n] > y[at]) at = n;
+  }
+  return (int32_t)at;
+}
+
+bool is(const char* dtype, const char* want) { return std::strcmp(dtype, want) == 0; }
+
+int tied_argmax(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, bool with_rows) {
+  // x, q8 panels, pair panels, colabs, norm, eps, [rows], token
+  if (nparam != (with_rows ? 8 : 7)) return 1;
+  const int ti = nparam - 1;
+  if (ndims[0] < 2 || ndims[1] != 3 || ndims[2] != 3 || ndims[3] != 1 || ndims[4] != 1 || ndims[5] != 1 ||
+      ndims[ti] != ndims[0] - 1)
+    return 2;
+  if (!is(dtypes[0], "float32") || !is(dtypes[1], "uint8") || !is(dtypes[2], "uint8") || !is(dtypes[3], "float32") ||
+      !is(dtypes[4], "float32") || !is(dtypes[5], "float32") || !is(dtypes[ti], "int32") ||
+      (with_rows && !is(dtypes[6], "int32")))
+    return 3;
+  int64_t M = 1;
+  for (int a = 0; a + 1 < ndims[0]; ++a) {
+    M *= shapes[0][a];
+    if (shapes[ti][a] != shapes[0][a] || (with_rows && (ndims[6] != ndims[0] - 1 || shapes[6][a] != shapes[0][a])))
+      return 4;
+  }
+  const int64_t K = shapes[0][ndims[0] - 1], N = shapes[3][0], np = (N + kLanes - 1) / kLanes, KB = K / mse::kQBlock;
+  if (K % mse::kQBlock || N < 1) return 5;
+  for (int i = 1; i <= 2; ++i)
+    if (shapes[i][0] != np || shapes[i][1] != KB || shapes[i][2] != mse::kQ8Bytes) return 5;
+  if (shapes[4][0] != K || shapes[5][0] != 1) return 6;
+
+  const float* x = static_cast<const float*>(params[0]);
+  const uint8_t* q8 = static_cast<const uint8_t*>(params[1]);
+  const float* norm = static_cast<const float*>(params[4]);
+  const float eps = *static_cast<const float*>(params[5]);
+  const int32_t* flags = with_rows ? static_cast<const int32_t*>(params[6]) : nullptr;
+  int32_t* token = static_cast<int32_t*>(params[ti]);
+
+  thread_local std::vector<int64_t> picked;
+  thread_local std::vector<float> xs, act, approx, row;
+  thread_local std::vector<int16_t> xq;
+  thread_local std::vector<RowPlan> plans;
+  thread_local std::vector<int32_t> cand;
+  picked.clear();
+  for (int64_t m = 0; m < M; ++m)
+    if (!flags || flags[m]) picked.push_back(m);
+  const int64_t Mp = (int64_t)picked.size();
+  std::fill(token, token + M, 0);
+  if (Mp == 0) return 0;
+  xs.resize((size_t)(Mp * K));
+  for (int64_t i = 0; i < Mp; ++i) std::memcpy(xs.data() + i * K, x + picked[(size_t)i] * K, (size_t)K * 4);
+  act.resize((size_t)(Mp * K));
+  mse::isa().rmsnorm_rows(xs.data(), Mp, K, norm, eps, act.data());
+  xq.resize((size_t)(Mp * K));
+  plans.assign((size_t)Mp, RowPlan{});
+  for (int64_t i = 0; i < Mp; ++i) plans[(size_t)i] = quantize(act.data() + i * K, K, xq.data() + i * K);
+
+  const int64_t ldo = np * kLanes;
+  approx.resize((size_t)(Mp * ldo));
+  mse::ApproxQ8Job job{Mp, K, np, kChunkPanels, (np + kChunkPanels - 1) / kChunkPanels, xq.data(),
+                       static_cast<const uint8_t*>(params[2]), approx.data()};
+  mse::parallel_for(job.nchunks, approx_item, &job);
+  cand.resize((size_t)(Mp * kMaxCandidates));
+  ArgmaxJob pick{K, KB, N, ldo, act.data(), approx.data(), static_cast<const float*>(params[3]), q8, plans.data(),
+                 cand.data()};
+  mse::parallel_for(Mp, pick_item, &pick);
+
+  int64_t fallbacks = 0;
+  for (int64_t i = 0; i < Mp; ++i) {
+    RowPlan& plan = plans[(size_t)i];
+    if (plan.fallback) {  // the exact kernel on this row, np.argmax's rule on its logits
+      row.resize((size_t)N);
+      mse::linear_forward({mse::kQ8, mse::kNorm, 1, K, N, xs.data() + i * K, q8, nullptr, norm, eps, nullptr,
+                           row.data()});
+      plan.token = first_argmax(row.data(), N);
+      ++fallbacks;
+    }
+    token[picked[(size_t)i]] = plan.token;
+  }
+  g_rows.fetch_add(Mp, std::memory_order_relaxed);
+  g_fallbacks.fetch_add(fallbacks, std::memory_order_relaxed);
+  return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+int MseTiedArgmaxQ8(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {
+  return tied_argmax(nparam, params, ndims, shapes, dtypes, false);
+}
+
+int MseTiedArgmaxQ8Rows(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {
+  return tied_argmax(nparam, params, ndims, shapes, dtypes, true);
+}
+
+// Rows computed, candidates summed over the rows that took the bound, and rows that fell back to the exact kernel,
+// since the last reset (reset = 1 zeroes them after reading): out[0..2].
+void MseArgmaxQ8Stats(int64_t* out, int reset) {
+  out[0] = reset ? g_rows.exchange(0) : g_rows.load();
+  out[1] = reset ? g_candidates.exchange(0) : g_candidates.load();
+  out[2] = reset ? g_fallbacks.exchange(0) : g_fallbacks.load();
+}
+
+}  // extern "C"

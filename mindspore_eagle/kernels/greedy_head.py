@@ -1,0 +1,84 @@
+"""The tied Q8 LM head's greedy token as a MindSpore Cell: ``GreedyQ8HeadKernel``, argmax.cc's entry points.
+
+Why: a greedy forward (decoding, tree verification, batched decoding) reads one number per row of the LM head's
+49,152 logits, its argmax. Where the processor has AVX512-VNNI, argmax.cc finds that token from int16 activations
+and a rigorous bound, then computes only the few candidate columns exactly: the token of ``np.argmax`` over the
+exact kernel's logits, bit for bit the same choice, at a fraction of the head's instructions once a call has
+several rows (numerics and the bound in argmax.cc; measured in docs/kernels.md). The kernel computes the same tokens
+on every path (portable loops where there is no VNNI, exact but slow: tests use them), and the teacher takes it only
+where it is fast (``fast_here``); elsewhere greedy forwards keep the logits path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import mindspore as ms
+from mindspore import Parameter, Tensor, nn, ops
+
+from ..errors import ConfigError
+from .layout import q8_column_abs_sums, q8_pair_panels
+from .ops import LinearKernel, kernel_status
+
+
+def _library():
+    status = kernel_status("float32")
+    return None if status.library is None else ctypes.CDLL(status.library.path)
+
+
+def fast_here() -> bool:
+    """Whether the kernel path in use computes the greedy Q8 head fast (an AVX-512 path on a processor with VNNI).
+    Asked at each call: tests and ``MSE_KERNEL_ISA`` may select another path."""
+    lib = _library()
+    return lib is not None and bool(lib.MseArgmaxQ8Fast())
+
+
+def stats(reset: bool = False) -> dict[str, int]:
+    """Rows computed, candidates of the rows that took the bound, and rows that fell back to the exact kernel,
+    since the last reset (argmax.cc)."""
+    lib = _library()
+    out = (ctypes.c_int64 * 3)()
+    if lib is not None:
+        lib.MseArgmaxQ8Stats(out, int(reset))
+    return {"rows": out[0], "candidates": out[1], "fallbacks": out[2]}
+
+
+class GreedyQ8HeadKernel(nn.Cell):
+    """``construct(x [..., K], q8, norm_weight [K], eps [1], rows=None) -> token int32 [...]``: per row,
+    ``np.argmax`` of the logits that ``head`` (a packed Q8 ``LinearKernel`` with an RMSNorm prologue: the tied LM
+    head) computes for ``x``, given that kernel's own ``packed_weight`` and ``eps`` (read for the candidates' exact
+    logits; passed in, not held, so that they stay the head's Parameters); with ``rows`` (int32, x's leading dims)
+    only flagged rows are computed, the others get 0. Holds the head's weights in the pair layout and their column
+    sums (layout.py). ConfigError unless ``head`` is such a kernel."""
+
+    def __init__(self, head: LinearKernel):
+        super().__init__()
+        if head.format != "q8" or not head.packed or not head.has_norm or head.has_bias:
+            raise ConfigError(f"GreedyQ8HeadKernel: needs a packed Q8 LM head with an RMSNorm prologue, got format "
+                              f"{head.format!r} (packed={head.packed}, norm={head.has_norm}, bias={head.has_bias})")
+        q8 = head.packed_weight.asnumpy()
+        self.packed_pairs = Parameter(Tensor(q8_pair_panels(q8)), name="packed_pairs", requires_grad=False)
+        self.packed_colabs = Parameter(Tensor(q8_column_abs_sums(q8, head.out_features)), name="packed_colabs",
+                                       requires_grad=False)
+        library = kernel_status("float32").library
+
+        def infer_shape(x, *rest):
+            return list(x[:-1])
+
+        def infer_dtype(x, *rest):
+            return ms.int32
+
+        def op(name):
+            return ops.Custom(library.symbol(name), out_shape=infer_shape, out_dtype=infer_dtype, func_type="aot")
+
+        self.op = op("MseTiedArgmaxQ8")
+        self.op_rows = op("MseTiedArgmaxQ8Rows")
+
+    def construct(self, x, q8, norm_weight, eps, rows=None):
+        args = (x, q8, self.packed_pairs, self.packed_colabs, norm_weight, eps)
+        if rows is None:
+            return self.op(*args)
+        return self.op_rows(*(args + (rows,)))
+
+
+__all__ = ["GreedyQ8HeadKernel", "fast_here", "stats"]

@@ -1,0 +1,191 @@
+"""The tied Q8 LM head's greedy token from int16 dot products and a bound (kernels/argmax.cc) is numpy's argmax of
+the exact Q8 kernel's logits: on an adversarial near-tie that the int16 rounding ranks the wrong way, on exact ties
+(the lowest index), on random rows of many scales and row counts, on the default teacher's own forwards, whatever
+else is in the call; rows it cannot bound fall back to the exact kernel; the pair layout holds the q8 panels'
+weights; the column sums never undercut the exact ones. Where the kernel path in use has no AVX512-VNNI, the head is
+not used and the teacher keeps its logits path; the head's portable loops give the same tokens there (every test
+runs on every machine; on one with VNNI the lower path is selected to check that branch too)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mindspore import Tensor
+
+from mindspore_eagle.errors import ConfigError
+from mindspore_eagle.kernels import LinearKernel, build, greedy_head
+from mindspore_eagle.kernels.greedy_head import GreedyQ8HeadKernel
+from mindspore_eagle.kernels.layout import gguf_fields, pack_quantized, q8_column_abs_sums, q8_pair_panels
+from mindspore_eagle.runtime import RuntimeConfig
+from mindspore_eagle.teacher import ARGMAX, LOGITS, Teacher
+from tests.helpers import default_model_or_skip, require_kernel
+
+
+
+def q8_rows(d: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """GGUF Q8_0 rows (what a GGUF file holds) for weights ``d [N, K/32]`` (fp16-exact) times ``q [N, K]`` int8."""
+    n, k = q.shape
+    blocks = np.zeros((n, k // 32, 34), np.uint8)
+    blocks[..., :2] = d.astype(np.float16)[..., None].view(np.uint8)
+    blocks[..., 2:] = q.astype(np.int8).reshape(n, k // 32, 32).view(np.uint8)
+    return blocks.reshape(n, -1)
+
+
+def head_kernel(d: np.ndarray, q: np.ndarray) -> LinearKernel:
+    """A tied LM head kernel (transposed, RMSNorm prologue) packed from Q8_0 blocks."""
+    n, k = q.shape
+    head = LinearKernel(k, n, "float32", transposed=True, norm_eps=1e-6)
+    assert head.pack_native([("Q8_0", q8_rows(d, q))]) and head.format == "q8"
+    return head
+
+
+def tokens_and_logits(head: LinearKernel, greedy: GreedyQ8HeadKernel, x: np.ndarray, rows=None):
+    norm = Tensor(np.ones(head.in_features, np.float32))
+    xt = Tensor(x.astype(np.float32))
+    logits = head(xt, None, norm, None, None).asnumpy()
+    flags = None if rows is None else Tensor(np.asarray(rows, np.int32))
+    tok = greedy(xt, head.packed_weight, norm, head.eps, flags).asnumpy()
+    return tok, logits
+
+
+def test_pair_panels_hold_the_q8_panels_weights_and_column_sums_never_undercut():
+    rng = np.random.default_rng(0)
+    n, k = 37, 96
+    d = rng.uniform(-0.1, 0.1, (n, k // 32)).astype(np.float16).astype(np.float32)
+    q = rng.integers(-127, 128, (n, k)).astype(np.int8)
+    q8 = pack_quantized(*gguf_fields(q8_rows(d, q), "Q8_0"), "q8")
+    pairs = q8_pair_panels(q8)
+    assert pairs.shape == q8.shape and np.array_equal(pairs[..., :64], q8[..., :64])
+    # byte 2j + t of pair p is column j of row 2p + t, read literally
+    body = pairs[..., 64:].view(np.int8).reshape(q8.shape[0], k // 32, 16, 16, 2)
+    for col in (0, 5, 36):
+        p, j = divmod(col, 16)
+        got = np.concatenate([body[p, b, :, j, :].reshape(-1) for b in range(k // 32)])
+        assert np.array_equal(got, q[col])
+    w = np.repeat(d.astype(np.float64), 32, axis=1) * q  # every product exact in fp64
+    exact = np.abs(w).sum(axis=1)
+    sums = q8_column_abs_sums(q8, n)
+    assert sums.dtype == np.float32 and sums.shape == (n,)
+    assert (sums.astype(np.float64) >= exact).all()
+    assert (np.nextafter(sums, np.float32(-np.inf)).astype(np.float64) < exact).all()  # the smallest such fp32
+
+
+def test_a_near_tie_that_int16_rounding_ranks_wrongly_still_gives_numpys_token():
+    """Column 5 weighs k = 1 (activation 0.49 quantum: rounds to 0), column 3 weighs k = 2 (0.51 quantum: rounds to
+    1) with a slightly smaller weight: the approximation ranks 3 first, the exact logits 5. The bound must keep 5
+    a candidate (with the quantisation term halved it does not: mutation-checked)."""
+    require_kernel("float32")
+    n, k = 40, 64
+    d = np.full((n, k // 32), 0.5, np.float32)
+    q = np.zeros((n, k), np.int8)
+    q[5, 1], q[3, 2] = 127, 114
+    head = head_kernel(d, q)
+    greedy = GreedyQ8HeadKernel(head)
+    x = np.zeros((1, 2, k), np.float32)
+    x[0, :, 0] = 1.0
+    x[0, 0, 1], x[0, 0, 2] = 0.49 / 32767, 0.51 / 32767
+    x[0, 1, 1], x[0, 1, 2] = 0.45 / 32767, 0.51 / 32767  # row 1: here column 3 wins exactly
+    greedy_head.stats(reset=True)
+    tok, logits = tokens_and_logits(head, greedy, x)
+    assert logits[0, 0, 5] > logits[0, 0, 3] > 0 and logits[0, 1, 3] > logits[0, 1, 5]
+    assert tok.tolist() == [[5, 3]] == np.argmax(logits, -1).tolist()
+    s = greedy_head.stats()
+    assert s["rows"] == 2 and s["fallbacks"] == 0 and s["candidates"] == 4  # both columns, both rows
+
+
+def test_exact_ties_give_the_lowest_index_and_random_rows_numpys_token_at_any_row_count():
+    require_kernel("float32")
+    rng = np.random.default_rng(1)
+    n, k = 1000, 128
+    d = rng.uniform(0.002, 0.03, (n, k // 32)).astype(np.float16).astype(np.float32)
+    q = rng.integers(-127, 128, (n, k)).astype(np.int8)
+    x0 = rng.standard_normal(k).astype(np.float32)
+    q[9] = q[700] = np.clip(np.round(127 * x0 / np.abs(x0).max()), -127, 127)  # aligned with x0: the top logit
+    d[9] = d[700] = 0.05
+    head = head_kernel(d, q)
+    greedy = GreedyQ8HeadKernel(head)
+    tok, logits = tokens_and_logits(head, greedy, x0[None, None])
+    assert logits[0, 0, 9] == logits[0, 0, 700] == logits.max() and tok[0, 0] == 9
+    greedy_head.stats(reset=True)
+    alone = {}
+    for m in (1, 2, 3, 5, 8, 13, 16, 17, 40):
+        x = rng.standard_normal((1, m, k)) * rng.uniform(1e-3, 1e3, (1, m, 1))
+        tok, logits = tokens_and_logits(head, greedy, x)
+        assert np.array_equal(tok, np.argmax(logits, -1)), m
+        if m == 13:  # batch invariance: each row alone, and among flagged / unflagged rows, gives its token
+            alone = {i: tokens_and_logits(head, greedy, x[:, i:i + 1])[0][0, 0] for i in range(m)}
+            assert [alone[i] for i in range(m)] == tok[0].tolist()
+            flags = (np.arange(m) % 3 != 1).astype(np.int32)[None]
+            part, _ = tokens_and_logits(head, greedy, x, rows=flags)
+            assert part[0].tolist() == [t if f else 0 for t, f in zip(tok[0].tolist(), flags[0])]
+    s = greedy_head.stats()
+    assert s["fallbacks"] == 0 and s["rows"] > 100 and s["candidates"] < 2 * s["rows"], s
+
+
+def test_rows_it_cannot_bound_take_the_exact_kernel():
+    require_kernel("float32")
+    rng = np.random.default_rng(2)
+    n, k = 300, 64
+    d = rng.uniform(0.002, 0.03, (n, k // 32)).astype(np.float16).astype(np.float32)
+    q = rng.integers(-127, 128, (n, k)).astype(np.int8)
+    head = head_kernel(d, q)
+    greedy = GreedyQ8HeadKernel(head)
+    x = rng.standard_normal((1, 4, k)).astype(np.float32)
+    x[0, 1] = 0.0  # all-zero logits: token 0
+    x[0, 2, 7] = np.nan  # NaN logits: the first NaN, 0
+    x[0, 3] = 1e-30  # s subnormal after the norm? no: RMSNorm rescales it; a normal row
+    greedy_head.stats(reset=True)
+    tok, logits = tokens_and_logits(head, greedy, x)
+    assert np.array_equal(tok, np.argmax(logits, -1))
+    assert greedy_head.stats()["fallbacks"] == 2  # rows 1 and 2
+
+
+def test_without_vnni_the_teacher_keeps_logits_and_the_portable_head_gives_the_same_tokens():
+    """On a path without AVX512-VNNI (every path of an AVX2 / Arm machine; avx2 selected here when the processor has
+    more) the default teacher serves greedy requests from the logits, and the head's portable loops still give
+    numpy's token (the near-tie above included)."""
+    require_kernel("float32")
+    before = build.current_isa()
+    lower = "avx2" if before.startswith("avx512") else before
+    try:
+        build.select_isa(lower)
+        assert not greedy_head.fast_here()
+        teacher = Teacher.load(default_model_or_skip(), RuntimeConfig(max_cache_len=128))
+        assert teacher.weights == "native" and not teacher.cell.greedy_head_ready and teacher.greedy_output == LOGITS
+        test_a_near_tie_that_int16_rounding_ranks_wrongly_still_gives_numpys_token()
+        rng = np.random.default_rng(4)
+        n, k = 200, 64
+        d = rng.uniform(0.002, 0.03, (n, k // 32)).astype(np.float16).astype(np.float32)
+        head = head_kernel(d, rng.integers(-127, 128, (n, k)).astype(np.int8))
+        x = rng.standard_normal((1, 6, k)) * rng.uniform(1e-2, 1e2, (1, 6, 1))
+        tok, logits = tokens_and_logits(head, GreedyQ8HeadKernel(head), x)
+        assert np.array_equal(tok, np.argmax(logits, -1))
+    finally:
+        build.select_isa(before)
+
+
+def test_default_teachers_greedy_forwards_give_the_argmax_of_its_logits():
+    """The shipped model (native Q8 embedding as the tied head): its greedy output is the head's token (where it is
+    fast; elsewhere the head is attached here by hand), equal to np.argmax of its logits on prompt chunks, trees of
+    8 / 16 / 32 rows and single decode steps."""
+    from mindspore_eagle.tree import ForwardInputs, TreeLayout
+
+    teacher = Teacher.load(default_model_or_skip(), RuntimeConfig(max_cache_len=256))
+    fast = greedy_head.fast_here()
+    assert teacher.cell.greedy_head_ready == fast and teacher.greedy_output == (ARGMAX if fast else LOGITS)
+    if not fast:
+        teacher.cell.greedy_head = GreedyQ8HeadKernel(teacher.cell.tied_kernel)
+        teacher.cell.greedy_head_ready = True
+        teacher._fns = teacher._graphs()
+    ids = [int(t) for t in np.random.default_rng(3).integers(0, teacher.cfg.vocab_size, 122)]
+    greedy_head.stats(reset=True)
+    start = 0
+    for n in (64, 8, 16, 32, 1, 1):
+        bucket = teacher.runtime.buckets.fit(n)
+        inputs = ForwardInputs.for_tree(TreeLayout.chain(ids[start:start + n]), start, bucket, teacher.max_len)
+        got = teacher.forward(inputs, ARGMAX).argmax
+        want = np.argmax(teacher.forward(inputs, LOGITS).logits, -1)
+        assert np.array_equal(got, want), n
+        start += n
+    s = greedy_head.stats()
+    assert s["rows"] == 122 and s["fallbacks"] == 0 and s["candidates"] < 2 * s["rows"], s
