@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from mindspore import Tensor
 
+from mindspore_eagle.app.compile_plan import key_parts
 from mindspore_eagle.errors import ConfigError
 from mindspore_eagle.kernels import LinearKernel, build, greedy_head
 from mindspore_eagle.kernels.greedy_head import GreedyQ8HeadKernel
@@ -74,6 +75,18 @@ def test_pair_panels_hold_the_q8_panels_weights_and_column_sums_never_undercut()
     assert sums.dtype == np.float32 and sums.shape == (n,)
     assert (sums.astype(np.float64) >= exact).all()
     assert (np.nextafter(sums, np.float32(-np.inf)).astype(np.float64) < exact).all()  # the smallest such fp32
+
+
+def test_a_head_that_is_not_a_packed_q8_lm_head_is_refused_by_name():
+    require_kernel("float32")
+    dense = LinearKernel(64, 20, "float32", transposed=True, norm_eps=1e-6)
+    dense.pack(np.ones((20, 64), np.float32))
+    with pytest.raises(ConfigError, match="needs a packed Q8 LM head.*'float32'"):
+        GreedyQ8HeadKernel(dense)
+    no_norm = LinearKernel(64, 20, "float32", transposed=True)
+    assert no_norm.pack_native([("Q8_0", q8_rows(np.full((20, 2), 0.5, np.float32), np.ones((20, 64), np.int8)))])
+    with pytest.raises(ConfigError, match="norm=False"):
+        GreedyQ8HeadKernel(no_norm)
 
 
 def test_a_near_tie_that_int16_rounding_ranks_wrongly_still_gives_numpys_token():
@@ -153,6 +166,7 @@ def test_without_vnni_the_teacher_keeps_logits_and_the_portable_head_gives_the_s
         assert not greedy_head.fast_here()
         teacher = Teacher.load(default_model_or_skip(), RuntimeConfig(max_cache_len=128))
         assert teacher.weights == "native" and not teacher.cell.greedy_head_ready and teacher.greedy_output == LOGITS
+        low_key = key_parts(teacher, default_model_or_skip(), None, None)
         test_a_near_tie_that_int16_rounding_ranks_wrongly_still_gives_numpys_token()
         rng = np.random.default_rng(4)
         head = head_kernel(*random_blocks(rng, 200, 64))
@@ -161,6 +175,11 @@ def test_without_vnni_the_teacher_keeps_logits_and_the_portable_head_gives_the_s
         assert np.array_equal(tok, np.argmax(logits, -1))
     finally:
         build.select_isa(before)
+    # the compiled-graph cache never serves one machine's greedy graph to the other (the path name alone can agree:
+    # AVX-512 with and without VNNI)
+    teacher = Teacher.load(default_model_or_skip(), RuntimeConfig(max_cache_len=128))
+    key = key_parts(teacher, default_model_or_skip(), None, None)
+    assert (key["greedy"] != low_key["greedy"]) == greedy_head.fast_here()
 
 
 def test_default_teachers_greedy_forwards_give_the_argmax_of_its_logits():

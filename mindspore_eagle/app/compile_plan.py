@@ -78,7 +78,8 @@ def _head_growth(head) -> Callable[[], None]:
 
 def key_parts(teacher, model_dir: str, head_dir: str | None, drafting, **extra) -> dict:
     """What the graphs depend on besides the plan's labels: MindSpore, this package's code, the kernel library and
-    path, the model's and head's content, the runtime, compute and drafting configs, and ``extra`` (the batch
+    path, the greedy output (the greedy Q8 head's graph where the processor has AVX512-VNNI, whatever the path's
+    name), the model's and head's content, the runtime, compute and drafting configs, and ``extra`` (the batch
     engine's slots)."""
     import mindspore
 
@@ -88,6 +89,7 @@ def key_parts(teacher, model_dir: str, head_dir: str | None, drafting, **extra) 
     lib = load().library
     return {"mindspore": mindspore.__version__, "sources": source_digest(),
             "kernels": os.path.basename(lib.path) if lib else "", "isa": current_isa(),
+            "greedy": f"{teacher.greedy_output}{'+q8head' if getattr(teacher.cell, 'greedy_head_ready', False) else ''}",
             "model": directory_fingerprint(model_dir),
             "head": directory_fingerprint(head_dir) if head_dir else "",
             "runtime": repr(teacher.runtime), "compute": repr(teacher.compute), "drafting": repr(drafting), **extra}
