@@ -89,7 +89,7 @@ def key_parts(teacher, model_dir: str, head_dir: str | None, drafting, **extra) 
     lib = load().library
     return {"mindspore": mindspore.__version__, "sources": source_digest(),
             "kernels": os.path.basename(lib.path) if lib else "", "isa": current_isa(),
-            "greedy": f"{teacher.greedy_output}{'+q8head' if getattr(teacher.cell, 'greedy_head_ready', False) else ''}",
+            "greedy": teacher.greedy_output + ("+q8head" if getattr(teacher.cell, "greedy_head_ready", False) else ""),
             "model": directory_fingerprint(model_dir),
             "head": directory_fingerprint(head_dir) if head_dir else "",
             "runtime": repr(teacher.runtime), "compute": repr(teacher.compute), "drafting": repr(drafting), **extra}

@@ -5,9 +5,10 @@ line why not.
 architecture (``PATHS``: avx512bf16, avx512, avx2 and generic on x86-64; neon and generic on AArch64), each
 object with its own flags; ``isa.cc``, ``linear.cc``, ``attention.cc``, ``layer.cc``, ``rows.cc`` and ``argmax.cc``
 are compiled for the baseline and link them into one shared library (a function that needs more than its path's
-flags, as compute.cc's AVX512-VNNI blocks, names its target itself and runs only where isa.cc finds it). At load, ``isa.cc`` picks the best path the processor runs
-(``MSE_KERNEL_ISA`` names another), before any wider instruction executes: the same file serves every CPU of
-its architecture, and tests run every path this CPU can, comparing their bits.
+flags, as compute.cc's AVX512-VNNI blocks, names its target itself and runs only where isa.cc finds it). At load,
+``isa.cc`` picks the best path the processor runs (``MSE_KERNEL_ISA`` names another), before any wider instruction
+executes: the same file serves every CPU of its architecture, and tests run every path this CPU can, comparing their
+bits.
 
 The library lands in ``<home>/kernels/mse_kernels-<key>.so`` (``home()`` is ``$MINDSPORE_EAGLE_HOME`` or
 ``~/.cache/mindspore_eagle``), where ``<key>`` hashes every source and header, the compiler's version, the

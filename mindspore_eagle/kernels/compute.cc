@@ -914,7 +914,8 @@ constexpr std::array<ApproxBlock, sizeof...(RNs)> approx_row(std::integer_sequen
   return {&approx_block<RM, RNs + 1>...};
 }
 template <int... RMs>
-constexpr std::array<std::array<ApproxBlock, kApproxRN>, sizeof...(RMs)> approx_table(std::integer_sequence<int, RMs...>) {
+constexpr std::array<std::array<ApproxBlock, kApproxRN>, sizeof...(RMs)> approx_table(
+    std::integer_sequence<int, RMs...>) {
   return {approx_row<RMs + 1>(std::make_integer_sequence<int, kApproxRN>{})...};
 }
 const auto kApprox = approx_table(std::make_integer_sequence<int, kApproxRM>{});
