@@ -112,6 +112,30 @@ def test_a_near_tie_that_int16_rounding_ranks_wrongly_still_gives_numpys_token()
     assert s["rows"] == 2 and s["fallbacks"] == 0 and s["candidates"] == 4  # both columns, both rows
 
 
+def test_columns_equal_in_exact_arithmetic_are_told_apart_by_the_kernels_own_rounding():
+    """48 columns hold the same weights, each permuted within the even and within the odd K positions; every row's
+    activations take one value on even and one on odd positions. So all 48 logits of a row are equal in exact
+    arithmetic and differ only by the kernel's fma-chain roundings. All are candidates, so the token is decided by
+    recomputing them with exactly the kernel's chain (another order or a plain multiply-add picks other columns)."""
+    require_kernel("float32")
+    rng = np.random.default_rng(5)
+    n, k = 48, 256
+    even, odd = rng.integers(1, 128, k // 2), rng.integers(1, 128, k // 2)
+    q = np.zeros((n, k), np.int8)
+    for j in range(n):
+        q[j, 0::2], q[j, 1::2] = rng.permutation(even), rng.permutation(odd)
+    head = head_kernel(np.full((n, k // 32), np.float16(0.0123), np.float32), q)
+    greedy = GreedyQ8HeadKernel(head)
+    x = np.zeros((1, 24, k), np.float32)
+    x[0, :, 0::2] = rng.uniform(0.5, 2.0, (24, 1))
+    x[0, :, 1::2] = rng.uniform(0.5, 2.0, (24, 1))
+    tok, logits = tokens_and_logits(head, greedy, x)
+    spread = logits[0].max(-1) - logits[0].min(-1)
+    assert (spread > 0).all() and (spread < 1e-4 * np.abs(logits[0]).max(-1)).all()  # ulps apart, not equal
+    assert np.array_equal(tok, np.argmax(logits, -1))
+    assert len(set(tok[0].tolist())) > 3  # the winner changes from row to row: rounding decides
+
+
 def test_exact_ties_give_the_lowest_index_and_random_rows_numpys_token_at_any_row_count():
     require_kernel("float32")
     rng = np.random.default_rng(1)
