@@ -19,7 +19,8 @@ from mindspore_eagle.kernels.greedy_head import GreedyQ8HeadKernel
 from mindspore_eagle.kernels.layout import gguf_fields, pack_quantized, q8_column_abs_sums, q8_pair_panels
 from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.teacher import ARGMAX, LOGITS, Teacher
-from tests.helpers import default_model_or_skip, require_kernel
+from tests.helpers import TINY, default_model_or_skip, require_kernel, write_tiny_gguf
+from tests.helpers import _randomize as randomize
 
 
 
@@ -81,12 +82,12 @@ def test_a_head_that_is_not_a_packed_q8_lm_head_is_refused_by_name():
     require_kernel("float32")
     dense = LinearKernel(64, 20, "float32", transposed=True, norm_eps=1e-6)
     dense.pack(np.ones((20, 64), np.float32))
-    with pytest.raises(ConfigError, match="needs a packed Q8 LM head.*'float32'"):
+    with pytest.raises(ConfigError, match="needs a packed Q8 LM head without bias.*'float32'"):
         GreedyQ8HeadKernel(dense)
-    no_norm = LinearKernel(64, 20, "float32", transposed=True)
-    assert no_norm.pack_native([("Q8_0", q8_rows(np.full((20, 2), 0.5, np.float32), np.ones((20, 64), np.int8)))])
-    with pytest.raises(ConfigError, match="norm=False"):
-        GreedyQ8HeadKernel(no_norm)
+    biased = LinearKernel(64, 20, "float32", bias=True, transposed=True)
+    assert biased.pack_native([("Q8_0", q8_rows(np.full((20, 2), 0.5, np.float32), np.ones((20, 64), np.int8)))])
+    with pytest.raises(ConfigError, match="bias=True"):
+        GreedyQ8HeadKernel(biased)
 
 
 def test_a_near_tie_that_int16_rounding_ranks_wrongly_still_gives_numpys_token():
@@ -134,6 +135,13 @@ def test_columns_equal_in_exact_arithmetic_are_told_apart_by_the_kernels_own_rou
     assert (spread > 0).all() and (spread < 1e-4 * np.abs(logits[0]).max(-1)).all()  # ulps apart, not equal
     assert np.array_equal(tok, np.argmax(logits, -1))
     assert len(set(tok[0].tolist())) > 3  # the winner changes from row to row: rounding decides
+    # the same as an untied head, x taken as it is (any rescaling of it, a norm taken twice, shows here)
+    plain = LinearKernel(k, n, "float32", transposed=True)
+    assert plain.pack_native([("Q8_0", q8_rows(np.full((n, k // 32), np.float16(0.0123), np.float32), q))])
+    xt = Tensor(x * np.float32(1.37))
+    logits = plain(xt, None, None, None, None).asnumpy()
+    tok = GreedyQ8HeadKernel(plain)(xt, plain.packed_weight).asnumpy()
+    assert np.array_equal(tok, np.argmax(logits, -1)) and len(set(tok[0].tolist())) > 3
 
 
 def test_exact_ties_give_the_lowest_index_and_random_rows_numpys_token_at_any_row_count():
@@ -161,6 +169,17 @@ def test_exact_ties_give_the_lowest_index_and_random_rows_numpys_token_at_any_ro
             assert part[0].tolist() == [t if f else 0 for t, f in zip(tok[0].tolist(), flags[0])]
     s = greedy_head.stats()
     assert s["fallbacks"] == 0 and s["rows"] > 100 and s["candidates"] < 2 * s["rows"], s
+    # the same weights as an untied head (no norm inside: x is the norm's output already), with and without rows
+    plain = LinearKernel(k, n, "float32", transposed=True)
+    assert plain.pack_native([("Q8_0", q8_rows(d, q))])
+    x = Tensor((rng.standard_normal((2, 7, k)) * 3).astype(np.float32))
+    logits = plain(x, None, None, None, None).asnumpy()
+    untied = GreedyQ8HeadKernel(plain)
+    assert np.array_equal(untied(x, plain.packed_weight).asnumpy(), np.argmax(logits, -1))
+    flags = np.ones((2, 7), np.int32)
+    flags[1, 3] = 0
+    tok = untied(x, plain.packed_weight, None, None, Tensor(flags)).asnumpy()
+    assert np.array_equal(tok, np.where(flags == 1, np.argmax(logits, -1), 0))
 
 
 def test_rows_it_cannot_bound_take_the_exact_kernel():
@@ -204,6 +223,47 @@ def test_without_vnni_the_teacher_keeps_logits_and_the_portable_head_gives_the_s
     teacher = Teacher.load(default_model_or_skip(), RuntimeConfig(max_cache_len=128))
     key = key_parts(teacher, default_model_or_skip(), None, None)
     assert (key["greedy"] != low_key["greedy"]) == greedy_head.fast_here()
+
+
+def test_an_untied_q8_output_head_gives_the_argmax_of_its_logits_and_the_same_generation(tmp_path):
+    """A Llama GGUF whose output.weight is Q8_0 and not tied to the embedding (as Llama / Qwen2 / Pangu files at
+    Q8_0 are): the head takes the final norm's output; greedy forwards and a greedy generation equal the logits
+    path's."""
+    import transformers
+    from ckpt_convert import convert_gguf
+    from mindspore_eagle.engine import SpeculativeEngine
+    from mindspore_eagle.tree import ForwardInputs, TreeLayout
+
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**TINY, attention_bias=False,
+                                                                   tie_word_embeddings=False)).eval()
+    randomize(model, 3)
+    write_tiny_gguf(model, str(tmp_path / "m.gguf"), tokenizer=True, linear_type="Q8_0")
+    convert_gguf(str(tmp_path / "m.gguf"), str(tmp_path / "ms"))
+    rt = dict(max_cache_len=160, buckets=(1, 8, 16, 32), prefill_chunk=16, weights="native")
+    teacher = Teacher.load(str(tmp_path / "ms"), RuntimeConfig(**rt))
+    plain = Teacher.load(str(tmp_path / "ms"), RuntimeConfig(**rt, greedy_output="logits"))
+    assert not teacher.cell.tied and teacher.cell.lm_head.kernel.format == "q8"
+    fast = greedy_head.fast_here()
+    assert teacher.cell.greedy_head_ready == fast and teacher.greedy_output == (ARGMAX if fast else LOGITS)
+    if not fast:  # the portable loops, attached by hand
+        teacher.cell.greedy_head = GreedyQ8HeadKernel(teacher.cell.lm_head.kernel)
+        teacher.cell.greedy_head_ready = True
+        teacher._fns = teacher._graphs()
+        teacher.greedy_output = ARGMAX
+    ids = [int(t) for t in np.random.default_rng(6).integers(0, 101, 57)]
+    greedy_head.stats(reset=True)
+    start = 0
+    for n in (16, 8, 32, 1):
+        inputs = ForwardInputs.for_tree(TreeLayout.chain(ids[start:start + n]), start,
+                                        teacher.runtime.buckets.fit(n), teacher.max_len)
+        got = teacher.forward(inputs, ARGMAX).argmax
+        assert np.array_equal(got, np.argmax(teacher.forward(inputs, LOGITS).logits, -1)), n
+        start += n
+    assert greedy_head.stats()["rows"] == 57
+    prompt = ids[:9]
+    assert (list(SpeculativeEngine(teacher).generate(prompt, 40).tokens)
+            == list(SpeculativeEngine(plain).generate(prompt, 40).tokens))
+    assert greedy_head.stats()["rows"] > 57 and greedy_head.stats()["fallbacks"] == 0
 
 
 def test_default_teachers_greedy_forwards_give_the_argmax_of_its_logits():

@@ -1,17 +1,19 @@
-// The tied Q8 LM head's greedy token, exact, without computing 49k logits per row the exact way:
+// A Q8 LM head's greedy token, exact, without computing 49k logits per row the exact way:
 //
 //     MseTiedArgmaxQ8     (x f32 [..., K], Q8 panels, pair panels, colabs f32 [N], norm f32 [K], eps f32 [1])
-//                         -> token int32 [...]
-//     MseTiedArgmaxQ8Rows (the same, then rows int32 [...])  -> token; rows flagged 0 get token 0 (not computed)
+//                         -> token int32 [...]                      (a tied head: the final RMSNorm inside)
+//     MseArgmaxQ8         (x f32 [..., K], Q8 panels, pair panels, colabs f32 [N]) -> token   (x already normed)
+//     ...Rows             (the same, then rows int32 [...])  -> token; rows flagged 0 get token 0 (not computed)
 //
-// token = np.argmax of the row's logits as the Q8 LM head kernel computes them (linear.cc, MseLinearQ8NormRows:
-// a = RMSNorm(x), logit[n] = one fma chain over k from 0 with w = d q): the first of equal maxima, the first NaN.
+// token = np.argmax of the row's logits as the Q8 LM head kernel computes them (linear.cc, MseLinearQ8[Norm]Rows:
+// a = RMSNorm(x) or x, logit[n] = one fma chain over k from 0 with w = d q): the first of equal maxima, the first
+// NaN.
 //
 // Why: with several rows (tree verification, batched decoding) the exact Q8 head spends 3 + M instructions per K row
 // and 16 columns (weights rebuilt, one fma per row); AVX512-VNNI's VPDPWSSD multiplies int16 activations by the int8
 // weights two K rows at a time, (1 + M) / 2 instructions. Its logits are approximate; a bound makes the token exact:
 //
-//   1. a = RMSNorm(x) (the kernel's own prologue, same bits); s = max|a| / 32767; xq = round(a / s) (int16);
+//   1. a = RMSNorm(x) (the kernel's own prologue, same bits) or x; s = max|a| / 32767; xq = round(a / s) (int16);
 //      e = max_k |a_k - s xq_k| (fp64, exact).
 //   2. approx: L~[n] = s * sum_b d[b, n] float(sum_{k in b} xq_k q[k, n])   (int32 inner sums exact; compute.cc's
 //      VNNI blocks where the path has them, approx_portable elsewhere: correct on every path, fast only there)
@@ -201,34 +203,36 @@ int32_t first_argmax(const float* y, int64_t N) {
 
 bool is(const char* dtype, const char* want) { return std::strcmp(dtype, want) == 0; }
 
-int tied_argmax(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, bool with_rows) {
-  // x, q8 panels, pair panels, colabs, norm, eps, [rows], token
-  if (nparam != (with_rows ? 8 : 7)) return 1;
+int argmax_q8(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, bool with_norm,
+              bool with_rows) {
+  // x, q8 panels, pair panels, colabs, [norm, eps], [rows], token
+  const int ri = with_norm ? 6 : 4;  // rows, if any
+  if (nparam != ri + (with_rows ? 2 : 1)) return 1;
   const int ti = nparam - 1;
-  if (ndims[0] < 2 || ndims[1] != 3 || ndims[2] != 3 || ndims[3] != 1 || ndims[4] != 1 || ndims[5] != 1 ||
-      ndims[ti] != ndims[0] - 1)
+  if (ndims[0] < 2 || ndims[1] != 3 || ndims[2] != 3 || ndims[3] != 1 || ndims[ti] != ndims[0] - 1 ||
+      (with_norm && (ndims[4] != 1 || ndims[5] != 1)))
     return 2;
   if (!is(dtypes[0], "float32") || !is(dtypes[1], "uint8") || !is(dtypes[2], "uint8") || !is(dtypes[3], "float32") ||
-      !is(dtypes[4], "float32") || !is(dtypes[5], "float32") || !is(dtypes[ti], "int32") ||
-      (with_rows && !is(dtypes[6], "int32")))
+      (with_norm && (!is(dtypes[4], "float32") || !is(dtypes[5], "float32"))) || !is(dtypes[ti], "int32") ||
+      (with_rows && !is(dtypes[ri], "int32")))
     return 3;
   int64_t M = 1;
   for (int a = 0; a + 1 < ndims[0]; ++a) {
     M *= shapes[0][a];
-    if (shapes[ti][a] != shapes[0][a] || (with_rows && (ndims[6] != ndims[0] - 1 || shapes[6][a] != shapes[0][a])))
+    if (shapes[ti][a] != shapes[0][a] || (with_rows && (ndims[ri] != ndims[0] - 1 || shapes[ri][a] != shapes[0][a])))
       return 4;
   }
   const int64_t K = shapes[0][ndims[0] - 1], N = shapes[3][0], np = (N + kLanes - 1) / kLanes, KB = K / mse::kQBlock;
   if (K % mse::kQBlock || N < 1) return 5;
   for (int i = 1; i <= 2; ++i)
     if (shapes[i][0] != np || shapes[i][1] != KB || shapes[i][2] != mse::kQ8Bytes) return 5;
-  if (shapes[4][0] != K || shapes[5][0] != 1) return 6;
+  if (with_norm && (shapes[4][0] != K || shapes[5][0] != 1)) return 6;
 
   const float* x = static_cast<const float*>(params[0]);
   const uint8_t* q8 = static_cast<const uint8_t*>(params[1]);
-  const float* norm = static_cast<const float*>(params[4]);
-  const float eps = *static_cast<const float*>(params[5]);
-  const int32_t* flags = with_rows ? static_cast<const int32_t*>(params[6]) : nullptr;
+  const float* norm = with_norm ? static_cast<const float*>(params[4]) : nullptr;
+  const float eps = with_norm ? *static_cast<const float*>(params[5]) : 0.0f;
+  const int32_t* flags = with_rows ? static_cast<const int32_t*>(params[ri]) : nullptr;
   int32_t* token = static_cast<int32_t*>(params[ti]);
 
   thread_local std::vector<int64_t> picked;
@@ -245,7 +249,10 @@ int tied_argmax(int nparam, void** params, int* ndims, int64_t** shapes, const c
   xs.resize((size_t)(Mp * K));
   for (int64_t i = 0; i < Mp; ++i) std::memcpy(xs.data() + i * K, x + picked[(size_t)i] * K, (size_t)K * 4);
   act.resize((size_t)(Mp * K));
-  mse::isa().rmsnorm_rows(xs.data(), Mp, K, norm, eps, act.data());
+  if (with_norm)
+    mse::isa().rmsnorm_rows(xs.data(), Mp, K, norm, eps, act.data());
+  else
+    act = xs;
   xq.resize((size_t)(Mp * K));
   plans.assign((size_t)Mp, RowPlan{});
   for (int64_t i = 0; i < Mp; ++i) plans[(size_t)i] = quantize(act.data() + i * K, K, xq.data() + i * K);
@@ -265,8 +272,8 @@ int tied_argmax(int nparam, void** params, int* ndims, int64_t** shapes, const c
     RowPlan& plan = plans[(size_t)i];
     if (plan.fallback) {  // the exact kernel on this row, np.argmax's rule on its logits
       row.resize((size_t)N);
-      mse::linear_forward({mse::kQ8, mse::kNorm, 1, K, N, xs.data() + i * K, q8, nullptr, norm, eps, nullptr,
-                           row.data()});
+      mse::linear_forward({mse::kQ8, with_norm ? mse::kNorm : mse::kNone, 1, K, N, xs.data() + i * K, q8, nullptr,
+                           norm, eps, nullptr, row.data()});
       plan.token = first_argmax(row.data(), N);
       ++fallbacks;
     }
@@ -282,11 +289,19 @@ int tied_argmax(int nparam, void** params, int* ndims, int64_t** shapes, const c
 extern "C" {
 
 int MseTiedArgmaxQ8(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {
-  return tied_argmax(nparam, params, ndims, shapes, dtypes, false);
+  return argmax_q8(nparam, params, ndims, shapes, dtypes, true, false);
 }
 
 int MseTiedArgmaxQ8Rows(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {
-  return tied_argmax(nparam, params, ndims, shapes, dtypes, true);
+  return argmax_q8(nparam, params, ndims, shapes, dtypes, true, true);
+}
+
+int MseArgmaxQ8(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {
+  return argmax_q8(nparam, params, ndims, shapes, dtypes, false, false);
+}
+
+int MseArgmaxQ8Rows(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {
+  return argmax_q8(nparam, params, ndims, shapes, dtypes, false, true);
 }
 
 // Rows computed, candidates summed over the rows that took the bound, and rows that fell back to the exact kernel,

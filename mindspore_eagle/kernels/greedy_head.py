@@ -1,4 +1,4 @@
-"""The tied Q8 LM head's greedy token as a MindSpore Cell: ``GreedyQ8HeadKernel``, argmax.cc's entry points.
+"""A Q8 LM head's greedy token (tied or untied, no bias) as a MindSpore Cell: ``GreedyQ8HeadKernel``, argmax.cc's entry points.
 
 Why: a greedy forward (decoding, tree verification, batched decoding) reads one number per row of the LM head's
 49,152 logits, its argmax. Where the processor has AVX512-VNNI, argmax.cc finds that token from int16 activations
@@ -44,18 +44,19 @@ def stats(reset: bool = False) -> dict[str, int]:
 
 
 class GreedyQ8HeadKernel(nn.Cell):
-    """``construct(x [..., K], q8, norm_weight [K], eps [1], rows=None) -> token int32 [...]``: per row,
-    ``np.argmax`` of the logits that ``head`` (a packed Q8 ``LinearKernel`` with an RMSNorm prologue: the tied LM
-    head) computes for ``x``, given that kernel's own ``packed_weight`` and ``eps`` (read for the candidates' exact
-    logits; passed in, not held, so that they stay the head's Parameters); with ``rows`` (int32, x's leading dims)
-    only flagged rows are computed, the others get 0. Holds the head's weights in the pair layout and their column
-    sums (layout.py). ConfigError unless ``head`` is such a kernel."""
+    """``construct(x [..., K], q8, norm_weight=None, eps=None, rows=None) -> token int32 [...]``: per row,
+    ``np.argmax`` of the logits that ``head`` (a packed Q8 ``LinearKernel`` without bias: a tied LM head with its
+    RMSNorm prologue, given ``norm_weight [K]`` and the kernel's ``eps``, or an untied one on normed ``x``) computes
+    for ``x``, given that kernel's own ``packed_weight`` as ``q8`` (read for the candidates' exact logits; passed in,
+    not held, so that it stays the head's Parameter); with ``rows`` (int32, x's leading dims) only flagged rows are
+    computed, the others get 0. Holds the head's weights in the pair layout and their column sums (layout.py).
+    ConfigError unless ``head`` is such a kernel."""
 
     def __init__(self, head: LinearKernel):
         super().__init__()
-        if head.format != "q8" or not head.packed or not head.has_norm or head.has_bias:
-            raise ConfigError(f"GreedyQ8HeadKernel: needs a packed Q8 LM head with an RMSNorm prologue, got format "
-                              f"{head.format!r} (packed={head.packed}, norm={head.has_norm}, bias={head.has_bias})")
+        if head.format != "q8" or not head.packed or head.has_bias or head.glu:
+            raise ConfigError(f"GreedyQ8HeadKernel: needs a packed Q8 LM head without bias, got format "
+                              f"{head.format!r} (packed={head.packed}, bias={head.has_bias}, swiglu={head.glu})")
         q8 = head.packed_weight.asnumpy()
         self.packed_pairs = Parameter(Tensor(q8_pair_panels(q8)), name="packed_pairs", requires_grad=False)
         self.packed_colabs = Parameter(Tensor(q8_column_abs_sums(q8, head.out_features)), name="packed_colabs",
@@ -71,14 +72,20 @@ class GreedyQ8HeadKernel(nn.Cell):
         def op(name):
             return ops.Custom(library.symbol(name), out_shape=infer_shape, out_dtype=infer_dtype, func_type="aot")
 
-        self.op = op("MseTiedArgmaxQ8")
-        self.op_rows = op("MseTiedArgmaxQ8Rows")
+        self.op_norm = op("MseTiedArgmaxQ8")
+        self.op_norm_rows = op("MseTiedArgmaxQ8Rows")
+        self.op = op("MseArgmaxQ8")
+        self.op_rows = op("MseArgmaxQ8Rows")
 
-    def construct(self, x, q8, norm_weight, eps, rows=None):
-        args = (x, q8, self.packed_pairs, self.packed_colabs, norm_weight, eps)
+    def construct(self, x, q8, norm_weight=None, eps=None, rows=None):
+        args = (x, q8, self.packed_pairs, self.packed_colabs)
+        if norm_weight is None:
+            if rows is None:
+                return self.op(*args)
+            return self.op_rows(*(args + (rows,)))
         if rows is None:
-            return self.op(*args)
-        return self.op_rows(*(args + (rows,)))
+            return self.op_norm(*(args + (norm_weight, eps)))
+        return self.op_norm_rows(*(args + (norm_weight, eps, rows)))
 
 
 __all__ = ["GreedyQ8HeadKernel", "fast_here", "stats"]

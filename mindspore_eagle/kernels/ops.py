@@ -168,11 +168,16 @@ def pack_weights(root: nn.Cell, native: dict | None = None) -> int:
     """Call ``pack_kernel(native)`` on every cell of ``root`` that has one; return how many kernels are packed.
     ``native``: weight name -> (GGML type, raw GGUF rows) of the checkpoint's quantized blocks (``--weights
     native``); a kernel whose weights are all there in an exactly-computed format packs those, others the
-    dense weights."""
+    dense weights. Then ``after_pack()`` on every cell that has one (what needs its sub-cells' kernels packed: the
+    teacher's greedy Q8 head reads its LM head's packed blocks)."""
     for _, cell in list(root.cells_and_names()):
         pack = getattr(cell, "pack_kernel", None)
         if callable(pack):
             pack(native or {})
+    for _, cell in list(root.cells_and_names()):
+        after = getattr(cell, "after_pack", None)
+        if callable(after):
+            after()
     return sum(1 for _, c in root.cells_and_names() if isinstance(c, LinearKernel) and c.packed)
 
 

@@ -152,8 +152,11 @@ class PanguForCausalLM(nn.Cell):
         greedy Q8 head (``greedy_head_ready`` only; ``kernels.greedy_head``): rows not in ``logit_rows`` get 0, as
         the argmax of their NaN logits would be."""
         x, aux = self.hidden(input_ids, positions, mask, cache_rows)
-        token = self.greedy_head(x, self.tied_kernel.packed_weight, self.model.norm.weight, self.tied_kernel.eps,
-                                 logit_rows)
+        if self.tied_custom:  # the norm inside the kernel, as the tied logits kernel takes it
+            token = self.greedy_head(x, self.tied_kernel.packed_weight, self.model.norm.weight, self.tied_kernel.eps,
+                                     logit_rows)
+        else:  # the untied head's input: the norm's output, as construct hands it to the logits kernel
+            token = self.greedy_head(self.model.norm(x), self.lm_head.kernel.packed_weight, None, None, logit_rows)
         return token, aux
 
     def layers_one_by_one(self, input_ids, positions, mask, cache_rows):
@@ -178,9 +181,20 @@ class PanguForCausalLM(nn.Cell):
             blocks = (native or {}).get(self.model.embed_tokens.weight.name)
             if blocks is None or not self.tied_kernel.pack_native([blocks]):
                 self.tied_kernel.pack(self.model.embed_tokens.weight.asnumpy())
-            elif self.tied_kernel.format == "q8" and greedy_head_fast():
-                self.greedy_head = GreedyQ8HeadKernel(self.tied_kernel)
-                self.greedy_head_ready = True
+
+    def after_pack(self) -> None:
+        """Once every kernel is packed (``kernels.pack_weights``): the greedy Q8 head where the LM head is a native
+        Q8 kernel without bias (tied: the embedding's blocks; untied: ``output.weight``'s) and it is fast here."""
+        head = self.lm_head_kernel()
+        if head is not None and head.format == "q8" and greedy_head_fast():
+            self.greedy_head = GreedyQ8HeadKernel(head)
+            self.greedy_head_ready = True
+
+    def lm_head_kernel(self):
+        """The custom kernel that computes the logits (tied, or untied without a bias), or None."""
+        if self.tied_custom:
+            return self.tied_kernel
+        return self.lm_head.kernel if self.untied_rows else None
 
     def weight_parameters(self) -> dict:
         """Name -> Parameter for every checkpointed weight (KV cache buffers and packed kernel copies excluded)."""
