@@ -1,4 +1,5 @@
-"""A Q8 LM head's greedy token (tied or untied, no bias) as a MindSpore Cell: ``GreedyQ8HeadKernel``, argmax.cc's entry points.
+"""A Q8 LM head's greedy token (tied or untied, no bias) as a MindSpore Cell: ``GreedyQ8HeadKernel``, argmax.cc's
+entry points.
 
 Why: a greedy forward (decoding, tree verification, batched decoding) reads one number per row of the LM head's
 49,152 logits, its argmax. Where the processor has AVX512-VNNI, argmax.cc finds that token from int16 activations
