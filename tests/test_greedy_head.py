@@ -56,6 +56,33 @@ def tokens_and_logits(head: LinearKernel, greedy: GreedyQ8HeadKernel, x: np.ndar
     return tok, logits
 
 
+def greedy_teacher(model_dir: str, runtime: RuntimeConfig) -> Teacher:
+    """The teacher of ``model_dir``, its greedy output the Q8 head's token: as loaded where the head is fast (checked),
+    else with the head's portable loops attached by hand (the load keeps the logits path there, checked)."""
+    teacher = Teacher.load(model_dir, runtime)
+    fast = greedy_head.fast_here()
+    assert teacher.cell.greedy_head_ready == fast and teacher.greedy_output == (ARGMAX if fast else LOGITS)
+    if not fast:
+        teacher.cell.greedy_head = GreedyQ8HeadKernel(teacher.cell.lm_head_kernel())
+        teacher.cell.greedy_head_ready = True
+        teacher._fns = teacher._graphs()
+        teacher.greedy_output = ARGMAX
+    return teacher
+
+
+def assert_greedy_forwards_give_argmax(teacher: Teacher, ids: list[int], sizes: tuple[int, ...]) -> None:
+    """Chain forwards of ``sizes`` tokens of ``ids`` in turn: each row's greedy token is np.argmax of its logits."""
+    from mindspore_eagle.tree import ForwardInputs, TreeLayout
+
+    start = 0
+    for n in sizes:
+        inputs = ForwardInputs.for_tree(TreeLayout.chain(ids[start:start + n]), start, teacher.runtime.buckets.fit(n),
+                                        teacher.max_len)
+        got = teacher.forward(inputs, ARGMAX).argmax
+        assert np.array_equal(got, np.argmax(teacher.forward(inputs, LOGITS).logits, -1)), n
+        start += n
+
+
 def test_pair_panels_hold_the_q8_panels_weights_and_column_sums_never_undercut():
     rng = np.random.default_rng(0)
     n, k = 37, 96
@@ -232,7 +259,6 @@ def test_an_untied_q8_output_head_gives_the_argmax_of_its_logits_and_the_same_ge
     import transformers
     from ckpt_convert import convert_gguf
     from mindspore_eagle.engine import SpeculativeEngine
-    from mindspore_eagle.tree import ForwardInputs, TreeLayout
 
     model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**TINY, attention_bias=False,
                                                                    tie_word_embeddings=False)).eval()
@@ -240,25 +266,12 @@ def test_an_untied_q8_output_head_gives_the_argmax_of_its_logits_and_the_same_ge
     write_tiny_gguf(model, str(tmp_path / "m.gguf"), tokenizer=True, linear_type="Q8_0")
     convert_gguf(str(tmp_path / "m.gguf"), str(tmp_path / "ms"))
     rt = dict(max_cache_len=160, buckets=(1, 8, 16, 32), prefill_chunk=16, weights="native")
-    teacher = Teacher.load(str(tmp_path / "ms"), RuntimeConfig(**rt))
+    teacher = greedy_teacher(str(tmp_path / "ms"), RuntimeConfig(**rt))
     plain = Teacher.load(str(tmp_path / "ms"), RuntimeConfig(**rt, greedy_output="logits"))
     assert not teacher.cell.tied and teacher.cell.lm_head.kernel.format == "q8"
-    fast = greedy_head.fast_here()
-    assert teacher.cell.greedy_head_ready == fast and teacher.greedy_output == (ARGMAX if fast else LOGITS)
-    if not fast:  # the portable loops, attached by hand
-        teacher.cell.greedy_head = GreedyQ8HeadKernel(teacher.cell.lm_head.kernel)
-        teacher.cell.greedy_head_ready = True
-        teacher._fns = teacher._graphs()
-        teacher.greedy_output = ARGMAX
     ids = [int(t) for t in np.random.default_rng(6).integers(0, 101, 57)]
     greedy_head.stats(reset=True)
-    start = 0
-    for n in (16, 8, 32, 1):
-        inputs = ForwardInputs.for_tree(TreeLayout.chain(ids[start:start + n]), start,
-                                        teacher.runtime.buckets.fit(n), teacher.max_len)
-        got = teacher.forward(inputs, ARGMAX).argmax
-        assert np.array_equal(got, np.argmax(teacher.forward(inputs, LOGITS).logits, -1)), n
-        start += n
+    assert_greedy_forwards_give_argmax(teacher, ids, (16, 8, 32, 1))
     assert greedy_head.stats()["rows"] == 57
     prompt = ids[:9]
     assert (list(SpeculativeEngine(teacher).generate(prompt, 40).tokens)
@@ -270,24 +283,9 @@ def test_default_teachers_greedy_forwards_give_the_argmax_of_its_logits():
     """The shipped model (native Q8 embedding as the tied head): its greedy output is the head's token (where it is
     fast; elsewhere the head is attached here by hand), equal to np.argmax of its logits on prompt chunks, trees of
     8 / 16 / 32 rows and single decode steps."""
-    from mindspore_eagle.tree import ForwardInputs, TreeLayout
-
-    teacher = Teacher.load(default_model_or_skip(), RuntimeConfig(max_cache_len=256))
-    fast = greedy_head.fast_here()
-    assert teacher.cell.greedy_head_ready == fast and teacher.greedy_output == (ARGMAX if fast else LOGITS)
-    if not fast:
-        teacher.cell.greedy_head = GreedyQ8HeadKernel(teacher.cell.tied_kernel)
-        teacher.cell.greedy_head_ready = True
-        teacher._fns = teacher._graphs()
+    teacher = greedy_teacher(default_model_or_skip(), RuntimeConfig(max_cache_len=256))
     ids = [int(t) for t in np.random.default_rng(3).integers(0, teacher.cfg.vocab_size, 122)]
     greedy_head.stats(reset=True)
-    start = 0
-    for n in (64, 8, 16, 32, 1, 1):
-        bucket = teacher.runtime.buckets.fit(n)
-        inputs = ForwardInputs.for_tree(TreeLayout.chain(ids[start:start + n]), start, bucket, teacher.max_len)
-        got = teacher.forward(inputs, ARGMAX).argmax
-        want = np.argmax(teacher.forward(inputs, LOGITS).logits, -1)
-        assert np.array_equal(got, want), n
-        start += n
+    assert_greedy_forwards_give_argmax(teacher, ids, (64, 8, 16, 32, 1, 1))
     s = greedy_head.stats()
     assert s["rows"] == 122 and s["fallbacks"] == 0 and s["candidates"] < 2 * s["rows"], s

@@ -105,6 +105,9 @@ float exact_logit(const float* a, const uint8_t* q8, int64_t KB, int64_t n) {
   return acc;
 }
 
+using ApproxChunk = void (*)(const mse::ApproxQ8Job&, int64_t);
+using CandidateScan = int64_t (*)(const float*, const float*, int64_t, float, float, int32_t*, int64_t);
+
 struct ArgmaxJob {
   int64_t K, KB, N, ldo;
   const float* act;       // [Mp, K]
@@ -113,6 +116,7 @@ struct ArgmaxJob {
   const uint8_t* q8;
   RowPlan* plans;         // [Mp]
   int32_t* cand;          // [Mp, kMaxCandidates]
+  CandidateScan scan;     // the path's scan, or the portable one
 };
 
 // The portable approximation and scan, for paths without VNNI (compute.cc has the fast ones): the same sums in
@@ -146,9 +150,7 @@ int64_t candidates_portable(const float* out, const float* colabs, int64_t N, fl
     top = std::max(top, L - B);
     mag = std::max(mag, std::fabs(L) + B);
   }
-  const double want = (double)top - 4.04 * kU * (double)mag;
-  float thr = (float)want;
-  if ((double)thr > want) thr = std::nextafter(thr, -std::numeric_limits<float>::infinity());
+  const float thr = mse::approx_threshold(top, mag);
   int64_t count = 0;
   for (int64_t n = 0; n < N; ++n) {
     const float L = s * out[n], B = F * colabs[n];
@@ -160,12 +162,14 @@ int64_t candidates_portable(const float* out, const float* colabs, int64_t N, fl
   return count;
 }
 
+struct ApproxCall {  // a job and the blocks that compute it (chosen once per call)
+  mse::ApproxQ8Job job;
+  ApproxChunk chunk;
+};
+
 void approx_item(const void* ctx, int64_t item) {
-  const mse::ApproxQ8Job& job = *static_cast<const mse::ApproxQ8Job*>(ctx);
-  if (mse::approx_q8_runs())
-    mse::isa().approx_q8_chunk(job, item);
-  else
-    approx_portable(job, item);
+  const ApproxCall& call = *static_cast<const ApproxCall*>(ctx);
+  call.chunk(call.job, item);
 }
 
 // Steps 3-4 for row r: its candidates, then the largest exact logit among them (lowest index among equals).
@@ -174,8 +178,8 @@ void pick_item(const void* ctx, int64_t r) {
   RowPlan& plan = job.plans[r];
   if (plan.fallback) return;
   int32_t* cand = job.cand + r * kMaxCandidates;
-  const auto scan = mse::isa().approx_q8_candidates ? mse::isa().approx_q8_candidates : candidates_portable;
-  const int64_t count = scan(job.approx + r * job.ldo, job.colabs, job.N, plan.s, plan.F, cand, kMaxCandidates);
+  const int64_t count = job.scan(job.approx + r * job.ldo, job.colabs, job.N, plan.s, plan.F, cand,
+                                 kMaxCandidates);
   if (count < 1 || count > kMaxCandidates) {
     plan.fallback = true;
     return;
@@ -248,23 +252,26 @@ int argmax_q8(int nparam, void** params, int* ndims, int64_t** shapes, const cha
   if (Mp == 0) return 0;
   xs.resize((size_t)(Mp * K));
   for (int64_t i = 0; i < Mp; ++i) std::memcpy(xs.data() + i * K, x + picked[(size_t)i] * K, (size_t)K * 4);
-  act.resize((size_t)(Mp * K));
-  if (with_norm)
+  const float* a = xs.data();  // the head's activations: x, or its RMSNorm as the exact kernel computes it
+  if (with_norm) {
+    act.resize((size_t)(Mp * K));
     mse::isa().rmsnorm_rows(xs.data(), Mp, K, norm, eps, act.data());
-  else
-    act = xs;
+    a = act.data();
+  }
   xq.resize((size_t)(Mp * K));
   plans.assign((size_t)Mp, RowPlan{});
-  for (int64_t i = 0; i < Mp; ++i) plans[(size_t)i] = quantize(act.data() + i * K, K, xq.data() + i * K);
+  for (int64_t i = 0; i < Mp; ++i) plans[(size_t)i] = quantize(a + i * K, K, xq.data() + i * K);
 
   const int64_t ldo = np * kLanes;
   approx.resize((size_t)(Mp * ldo));
-  mse::ApproxQ8Job job{Mp, K, np, kChunkPanels, (np + kChunkPanels - 1) / kChunkPanels, xq.data(),
-                       static_cast<const uint8_t*>(params[2]), approx.data()};
-  mse::parallel_for(job.nchunks, approx_item, &job);
+  const ApproxCall call{{Mp, K, np, kChunkPanels, (np + kChunkPanels - 1) / kChunkPanels, xq.data(),
+                         static_cast<const uint8_t*>(params[2]), approx.data()},
+                        mse::approx_q8_runs() ? mse::isa().approx_q8_chunk : approx_portable};
+  mse::parallel_for(call.job.nchunks, approx_item, &call);
   cand.resize((size_t)(Mp * kMaxCandidates));
-  ArgmaxJob pick{K, KB, N, ldo, act.data(), approx.data(), static_cast<const float*>(params[3]), q8, plans.data(),
-                 cand.data()};
+  const CandidateScan scan = mse::isa().approx_q8_candidates ? mse::isa().approx_q8_candidates : candidates_portable;
+  ArgmaxJob pick{K, KB, N, ldo, a, approx.data(), static_cast<const float*>(params[3]), q8, plans.data(),
+                 cand.data(), scan};
   mse::parallel_for(Mp, pick_item, &pick);
 
   int64_t fallbacks = 0;

@@ -220,6 +220,13 @@ def load(cxx: str = CXX, flags: tuple[str, ...] = FLAGS) -> KernelStatus:
     return build(cxx, flags)
 
 
+def handle():
+    """The built library as a ctypes handle (the same mapping MindSpore's Custom ops call into), or None when the
+    kernels are unavailable here."""
+    status = load()
+    return None if status.library is None else ctypes.CDLL(status.library.path)
+
+
 def select_isa(name: str) -> None:
     """Use the path ``name`` from now on in this process (tests and benchmarks compare paths): ConfigError when
     this processor cannot run it. MSE_KERNEL_ISA=name does the same for a whole process."""
@@ -228,17 +235,15 @@ def select_isa(name: str) -> None:
     status = load()
     if status.library is None:
         raise ConfigError(f"kernels unavailable: {status.reason}")
-    lib = ctypes.CDLL(status.library.path)
-    if lib.MseSelectIsa(name.encode()) != 0:
+    if handle().MseSelectIsa(name.encode()) != 0:
         raise ConfigError(f"kernel path {name!r} cannot run on this processor (it runs {status.library.isas})")
 
 
 def current_isa() -> str:
     """The path the kernels use now in this process."""
-    status = load()
-    if status.library is None:
+    lib = handle()
+    if lib is None:
         return ""
-    lib = ctypes.CDLL(status.library.path)
     lib.MseKernelIsa.restype = ctypes.c_char_p
     return lib.MseKernelIsa().decode()
 
@@ -276,11 +281,12 @@ def setup_kernels() -> str:
     if lib is None:
         return f"custom kernels unavailable ({status.reason}); models use MindSpore's MatMul"
     bf16 = "bfloat16 native (AVX512-BF16)" if lib.native_bf16 else "bfloat16 widened to float32 exactly"
-    greedy = ("greedy tokens of a Q8 LM head from int16 dots (AVX512-VNNI)" if ctypes.CDLL(lib.path).MseArgmaxQ8Fast()
+    greedy = ("greedy tokens of a Q8 LM head from int16 dots (AVX512-VNNI)" if handle().MseArgmaxQ8Fast()
               else "greedy tokens from the logits")
     return (f"custom kernels ready: path {lib.isa} (this CPU runs {', '.join(lib.isas)}); float32, {bf16}; {greedy} "
             f"({lib.path})")
 
 
-__all__ = ["KernelLibrary", "KernelStatus", "PATHS", "build", "build_selftest", "parse_selftest", "compile_commands", "current_isa", "kernels_dir",
-           "library_path", "load", "run_compile", "select_isa", "setup_kernels"]
+__all__ = ["KernelLibrary", "KernelStatus", "PATHS", "build", "build_selftest", "compile_commands", "current_isa",
+           "handle", "kernels_dir", "library_path", "load", "parse_selftest", "run_compile", "select_isa",
+           "setup_kernels"]

@@ -855,7 +855,7 @@ int attention(const AttentionCall& c) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// The tied Q8 LM head's approximate logits (kernels.h ApproxQ8Job; argmax.cc turns them into the exact greedy token).
+// A Q8 LM head's approximate logits (kernels.h ApproxQ8Job; argmax.cc turns them into the exact greedy token).
 // AVX512-VNNI's VPDPWSSD adds two int16 x int16 products per int32 lane, so one instruction per row covers two K rows
 // of 16 columns where the exact kernel spends one fma per K row plus the weights' rebuild (3 + M instructions per K
 // row against (1 + M) / 2 here). Compiled into the AVX-512 paths with a function-level target, run only where the
@@ -934,9 +934,8 @@ MSE_VNNI void approx_q8_chunk(const ApproxQ8Job& c, int64_t item) {
   }
 }
 
-// The candidates of one row (argmax.cc): with L_n = s out[n] and B_n = F colabs[n] (fp32), T the largest L_n - B_n,
-// every column n < N whose L_n + B_n reaches T - delta, in increasing n, where delta = 4.04 u max_n(|L_n| + B_n)
-// (u = 2^-24) covers the fp32 rounding of these sums and of T. Returns the count, or cap + 1 once more than cap.
+// The candidates of one row (argmax.cc): with L_n = s out[n] and B_n = F colabs[n] (fp32), every column n < N whose
+// L_n + B_n reaches approx_threshold (kernels.h), in increasing n. Returns the count, or cap + 1 once more than cap.
 int64_t approx_q8_candidates(const float* out, const float* colabs, int64_t N, float s, float F, int32_t* cand,
                              int64_t cap) {
   const __m512 vs = _mm512_set1_ps(s), vF = _mm512_set1_ps(F);
@@ -949,11 +948,7 @@ int64_t approx_q8_candidates(const float* out, const float* colabs, int64_t N, f
     top = _mm512_mask_max_ps(top, m, top, _mm512_sub_ps(L, B));
     mag = _mm512_max_ps(mag, _mm512_add_ps(_mm512_and_ps(L, abs_mask), B));
   }
-  const double delta = 4.04 * 0x1p-24 * (double)_mm512_reduce_max_ps(mag);
-  const double want = (double)_mm512_reduce_max_ps(top) - delta;
-  float thr = (float)want;
-  if ((double)thr > want) thr = std::nextafter(thr, -INFINITY);  // rounded down: never fewer candidates
-  const __m512 vthr = _mm512_set1_ps(thr);
+  const __m512 vthr = _mm512_set1_ps(approx_threshold(_mm512_reduce_max_ps(top), _mm512_reduce_max_ps(mag)));
   int64_t count = 0;
   for (int64_t n = 0; n < N; n += kLanes) {
     const __mmask16 m = (__mmask16)lane_mask(N - n);

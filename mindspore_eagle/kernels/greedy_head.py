@@ -19,25 +19,21 @@ from mindspore import Parameter, Tensor, nn, ops
 
 from ..errors import ConfigError
 from .layout import q8_column_abs_sums, q8_pair_panels
+from . import build
 from .ops import LinearKernel, kernel_status
-
-
-def _library():
-    status = kernel_status("float32")
-    return None if status.library is None else ctypes.CDLL(status.library.path)
 
 
 def fast_here() -> bool:
     """Whether the kernel path in use computes the greedy Q8 head fast (an AVX-512 path on a processor with VNNI).
     Asked at each call: tests and ``MSE_KERNEL_ISA`` may select another path."""
-    lib = _library()
+    lib = build.handle()
     return lib is not None and bool(lib.MseArgmaxQ8Fast())
 
 
 def stats(reset: bool = False) -> dict[str, int]:
     """Rows computed, candidates of the rows that took the bound, and rows that fell back to the exact kernel,
     since the last reset (argmax.cc)."""
-    lib = _library()
+    lib = build.handle()
     out = (ctypes.c_int64 * 3)()
     if lib is not None:
         lib.MseArgmaxQ8Stats(out, int(reset))

@@ -5,14 +5,16 @@
 //     linear.cc     linear_forward: argument checks, the thread pool, prologues; calls the path's blocks
 //     attention.cc  attention_forward and the in-place row moves; calls the path's attention body
 //     layer.cc      a whole decoder layer from the two
-//     argmax.cc     the tied Q8 LM head's greedy token from int16 dot products and a bound (fast part in compute.cc)
+//     argmax.cc     a Q8 LM head's greedy token from int16 dot products and a bound (fast part in compute.cc)
 //
 // Arguments are checked by the entry points; these functions trust them.
 
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 namespace mse {
 
@@ -97,7 +99,7 @@ struct LinearJob {
   WeightFormat fmt;
 };
 
-// The tied Q8 LM head's approximate logits from int16 activations (argmax.cc: the bound that makes its greedy token
+// A Q8 LM head's approximate logits from int16 activations (argmax.cc: the bound that makes its greedy token
 // exact). w: the head's blocks in the pair layout, per 16-column panel per 32-row block 64 B d[16] fp32, then 16 row
 // pairs x 16 columns x 2 int8 (byte 2j + t of pair p: column j of row 2p + t), so that one widening load gives every
 // lane j its (row 2p, row 2p + 1) int16 pair. out[i, n] (row stride ldo = 16 np) =
@@ -128,6 +130,17 @@ struct IsaOps {
 
 // Whether the path in use computes ApproxQ8Job (its approx_q8_chunk is set and the processor has AVX512-VNNI).
 bool approx_q8_runs();
+
+// The candidates' threshold of one row, shared by every scan (compute.cc's and argmax.cc's portable one): top - delta
+// rounded down to fp32, top the largest fp32 L_n - B_n, mag the largest |L_n| + B_n, delta = 4.04 u mag (u = 2^-24),
+// which covers the fp32 rounding of those sums, of top and of this subtraction, so that every column whose exact
+// L_n + B_n reaches the exact max(L_n - B_n) has fp32 L_n + B_n >= the threshold.
+inline float approx_threshold(float top, float mag) {
+  const double want = (double)top - 4.04 * 0x1p-24 * (double)mag;
+  float thr = (float)want;
+  if ((double)thr > want) thr = std::nextafter(thr, -std::numeric_limits<float>::infinity());  // never fewer
+  return thr;
+}
 
 // The path in use (isa.cc): chosen once, on first use, from MSE_KERNEL_ISA or the processor; MseSelectIsa
 // changes it (tests compare the paths' bits in one process).
