@@ -59,3 +59,44 @@ def test_any_changed_byte_of_a_large_file_changes_it_even_in_place(tmp_path):
 def test_a_path_that_is_not_a_directory_is_an_asset_error(tmp_path):
     with pytest.raises(AssetError, match="not a directory"):
         directory_fingerprint(str(tmp_path / "missing"))
+
+
+def test_safetensors_files_are_written_with_a_sorted_header_so_equal_content_gives_equal_bytes(tmp_path):
+    """``safetensors`` serialises metadata from a hash map (another order in every process): the writer sorts the
+    header, so the same tensors and metadata always give the same file, inserted in any order."""
+    import json
+    import struct
+
+    import numpy as np
+
+    from mindspore_eagle.storage.checkpoint import save_tensors
+
+    tensors = {"b.weight": np.arange(6, dtype=np.float32).reshape(2, 3), "a.weight": np.ones(5, np.float32)}
+    meta = {f"layer.{i}.weight": "Q4_1" if i % 3 else "Q8_0" for i in range(40)}
+    save_tensors(tensors, str(tmp_path / "one.safetensors"), meta)
+    save_tensors(dict(reversed(tensors.items())), str(tmp_path / "two.safetensors"), dict(reversed(meta.items())))
+    one = (tmp_path / "one.safetensors").read_bytes()
+    assert one == (tmp_path / "two.safetensors").read_bytes()
+    (n,) = struct.unpack("<Q", one[:8])
+    header = json.loads(one[8:8 + n])
+    assert one[8:8 + n].rstrip(b" ") == json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    assert header["__metadata__"] == meta
+
+
+def test_two_conversions_of_one_gguf_have_one_fingerprint(tmp_path):
+    """The identity records of a teacher (answer ledgers, evaluation traces) key on its directory's fingerprint: a
+    re-conversion of the same file must not change it (it did: the quantized blocks' metadata came out in another
+    order every time)."""
+    import transformers
+
+    from ckpt_convert import convert_gguf
+    from tests.helpers import TINY, write_tiny_gguf
+    from tests.helpers import _randomize as randomize
+
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**TINY, attention_bias=False)).eval()
+    randomize(model, 5)
+    write_tiny_gguf(model, str(tmp_path / "m.gguf"), tokenizer=True, linear_type="Q4_1")
+    convert_gguf(str(tmp_path / "m.gguf"), str(tmp_path / "one"))
+    convert_gguf(str(tmp_path / "m.gguf"), str(tmp_path / "two"))
+    assert os.path.isfile(tmp_path / "one" / "quantized.safetensors")
+    assert directory_fingerprint(str(tmp_path / "one")) == directory_fingerprint(str(tmp_path / "two"))

@@ -32,18 +32,41 @@ LEGACY_CKPT_NAME = "model.ckpt"
 
 
 def save_tensors(tensors: Mapping[str, np.ndarray], path: str, metadata: Mapping[str, str] | None = None) -> None:
-    """Write ``tensors`` to ``path`` atomically (temporary sibling, then rename): never a half-written file."""
+    """Write ``tensors`` to ``path`` atomically (temporary sibling, then rename): never a half-written file. The
+    same tensors and metadata give the same bytes (``canonical_header``), so a directory's content fingerprint
+    (``storage.fingerprint``) names its content, whichever process wrote it."""
     from safetensors.numpy import save_file
 
     tmp = path + ".tmp"
     try:
         save_file({n: np.ascontiguousarray(a) for n, a in tensors.items()}, tmp,
                   metadata=dict(metadata) if metadata else None)
+        canonical_header(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def canonical_header(path: str) -> None:
+    """Rewrite the JSON header of the safetensors file ``path`` in place with its keys sorted (the tensors' data and
+    offsets untouched). Why: ``safetensors`` serialises the metadata from a hash map whose order changes from one
+    process to the next, so two conversions of the same GGUF wrote different bytes -- and a different directory
+    fingerprint, which every record of a teacher's identity keys on (answer ledgers, evaluation traces, compile
+    caches). The sorted header has the same keys and values, hence the same length; it is padded with spaces (the
+    format's own padding) to the header size the file already has."""
+    import json
+    import struct
+
+    with open(path, "r+b") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        text = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        if len(text) > n:  # never: the same keys and values, only in another order
+            raise CheckpointError(f"{path}: canonical safetensors header of {len(text)} bytes exceeds its {n}")
+        f.seek(8)
+        f.write(text + b" " * (n - len(text)))
 
 
 def checked_weight(source: str, name: str, arr: np.ndarray) -> np.ndarray:
