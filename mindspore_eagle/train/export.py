@@ -85,6 +85,8 @@ def export_head(out_dir: str, cfg: DraftConfig, weights: Mapping[str, np.ndarray
     would delete them (``check_output_dir``)."""
     from safetensors.numpy import save_file
 
+    from ..storage.checkpoint import canonical_header
+
     check_output_dir(out_dir, overwrite, ConfigError, sources)
     if dtype not in ("float32", "float16"):
         raise ConfigError(f"export dtype={dtype!r}: expected 'float32' or 'float16'")
@@ -106,6 +108,7 @@ def export_head(out_dir: str, cfg: DraftConfig, weights: Mapping[str, np.ndarray
             json.dump(public_config(cfg, dtype), f, indent=2)
             f.write("\n")
         save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+        canonical_header(os.path.join(tmp, "model.safetensors"))  # the same head, the same bytes
     return out_dir
 
 
