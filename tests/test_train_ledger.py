@@ -343,6 +343,31 @@ def test_an_answer_that_is_not_the_teachers_greedy_choice_is_refused(sessions, t
         rebuild_from_ledger(forged, teacher_dir, str(tmp_path / "out"), chunk=16)
 
 
+def test_a_recipe_retargets_its_ledger_to_a_reconversion_only_when_it_says_so(sessions, teacher_dir, tmp_path, capsys):
+    """A recipe's ``"data": {"from_ledger": ..., "retarget": true}`` (``--retarget``) rebuilds a ledger written by
+    another conversion of its teacher, the same features, recording this teacher; without it the data command refuses
+    and names the flag, before anything is written; ``--retarget`` without a ledger is refused by name."""
+    import json as json_mod
+
+    from mindspore_eagle.storage.fingerprint import directory_fingerprint
+    from mindspore_eagle.train.data import main as data_main
+    from mindspore_eagle.train.identity import read_identity
+
+    data, book, *_ = sessions
+    other = reconverted(teacher_dir, tmp_path)
+    refused = tmp_path / "refused"
+    assert data_main(["--from-ledger", book, "--teacher", other, "--out", str(refused)]) == 2
+    assert "--retarget" in capsys.readouterr().err and not refused.exists()
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json_mod.dumps({"data": {"from_ledger": book, "retarget": True}}))
+    out = tmp_path / "out"
+    assert data_main(["--config", str(recipe), "--teacher", other, "--out", str(out)]) == 0
+    assert_same_data(str(out), data)
+    assert read_identity(str(out))["teacher"] == directory_fingerprint(other)
+    assert data_main(["--teacher", teacher_dir, "--out", str(tmp_path / "gen"), "--retarget"]) == 2
+    assert "--retarget applies to a rebuild from a ledger" in capsys.readouterr().err
+
+
 def test_a_retargeted_rebuild_leaves_out_and_names_a_conversation_another_arithmetic_answered(sessions, teacher_dir,
                                                                                                tmp_path, capsys):
     """A re-conversion computed otherwise flips a greedy token where two logits nearly tie: that conversation is no

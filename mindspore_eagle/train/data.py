@@ -710,7 +710,8 @@ def main(argv: list[str] | None = None) -> int:
         if c.from_ledger is not None:  # a recipe whose answers are kept in git: rebuild them, answer nothing anew
             from .rebuild import rebuild_from_ledger
 
-            print(rebuild_from_ledger(c.from_ledger, teacher, out, time_limit_s=c.time_limit).summary(out))
+            print(rebuild_from_ledger(c.from_ledger, teacher, out, time_limit_s=c.time_limit,
+                                      retarget=c.retarget).summary(out))
             return 0
         n = generate_dataset(teacher, out, c.num_conversations, c.batch_size, c.max_new_tokens, c.max_prompt_tokens,
                              c.topk, time_limit_s=c.time_limit, per_category=c.per_category,

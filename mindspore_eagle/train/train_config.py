@@ -150,6 +150,7 @@ class DataConfig:
     topk: int = 32
     skip_ledger: str | None = None
     from_ledger: str | None = None
+    retarget: bool = False
 
     def __post_init__(self) -> None:
         """ConfigError naming the flag for a value of another type (a recipe file's ``"batch_size": "128"``), and
@@ -162,6 +163,8 @@ class DataConfig:
             is_kind, what = TYPES[kind.split(" ")[0]]
             if not is_kind(value):
                 raise ConfigError(f"{flag(f.name)} {value!r}: must be {what}")
+        if self.retarget and self.from_ledger is None:
+            raise ConfigError("--retarget applies to a rebuild from a ledger: give --from-ledger LEDGER, or leave it out")
         if self.from_ledger is not None:
             given = [flag(f.name) for f in dataclasses.fields(self)
                      if f.name not in LEDGER_FIELDS and getattr(self, f.name) != f.default]
@@ -176,7 +179,7 @@ class DataConfig:
         return config_from_args(cls, ns, "data")
 
 
-LEDGER_FIELDS = ("out", "teacher", "time_limit", "from_ledger")
+LEDGER_FIELDS = ("out", "teacher", "time_limit", "from_ledger", "retarget")
 """DataConfig's fields that apply to a rebuild from a ledger (``from_ledger``); the others are the ledger's."""
 
 
@@ -268,7 +271,11 @@ DATA_HELP = {
     "skip_ledger": "answer ledger whose conversations are not generated again (the same identity): a fresh "
                    "directory continues the ledger without rebuilding it; export the new answers into it after",
     "from_ledger": "rebuild the features of this answer ledger's conversations instead of generating answers (as "
-                   "`python -m mindspore_eagle.train.ledger rebuild`; with --out, --teacher, --time-limit only)",
+                   "`python -m mindspore_eagle.train.ledger rebuild`; with --out, --teacher, --time-limit, --retarget "
+                   "only)",
+    "retarget": "with --from-ledger: the ledger may name another conversion of this teacher (another fingerprint); "
+                "every answer token is then checked against this teacher's greedy choice and the directory records "
+                "this teacher (`ledger rebuild --retarget`)",
 }
 
 def flag(name: str) -> str:
