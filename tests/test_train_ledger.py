@@ -347,8 +347,6 @@ def test_a_recipe_retargets_its_ledger_to_a_reconversion_only_when_it_says_so(se
     """A recipe's ``"data": {"from_ledger": ..., "retarget": true}`` (``--retarget``) rebuilds a ledger written by
     another conversion of its teacher, the same features, recording this teacher; without it the data command refuses
     and names the flag, before anything is written; ``--retarget`` without a ledger is refused by name."""
-    import json as json_mod
-
     from mindspore_eagle.storage.fingerprint import directory_fingerprint
     from mindspore_eagle.train.data import main as data_main
     from mindspore_eagle.train.identity import read_identity
@@ -359,7 +357,7 @@ def test_a_recipe_retargets_its_ledger_to_a_reconversion_only_when_it_says_so(se
     assert data_main(["--from-ledger", book, "--teacher", other, "--out", str(refused)]) == 2
     assert "--retarget" in capsys.readouterr().err and not refused.exists()
     recipe = tmp_path / "recipe.json"
-    recipe.write_text(json_mod.dumps({"data": {"from_ledger": book, "retarget": True}}))
+    recipe.write_text(json.dumps({"data": {"from_ledger": book, "retarget": True}}))
     out = tmp_path / "out"
     assert data_main(["--config", str(recipe), "--teacher", other, "--out", str(out)]) == 0
     assert_same_data(str(out), data)

@@ -18,6 +18,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..storage.atomic import atomic_directory, check_output_dir
+from ..storage.checkpoint import save_tensors
 from ..draft_config import DraftConfig
 from ..errors import ConfigError
 
@@ -83,10 +84,6 @@ def export_head(out_dir: str, cfg: DraftConfig, weights: Mapping[str, np.ndarray
     ``Eagle3DraftHead.weight_parameters()``. Returns ``out_dir``; the directory appears complete or not at all.
     ``sources`` (the teacher, the training data and run directories) must not overlap ``out_dir``: an overwrite
     would delete them (``check_output_dir``)."""
-    from safetensors.numpy import save_file
-
-    from ..storage.checkpoint import canonical_header
-
     check_output_dir(out_dir, overwrite, ConfigError, sources)
     if dtype not in ("float32", "float16"):
         raise ConfigError(f"export dtype={dtype!r}: expected 'float32' or 'float16'")
@@ -107,8 +104,7 @@ def export_head(out_dir: str, cfg: DraftConfig, weights: Mapping[str, np.ndarray
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
             json.dump(public_config(cfg, dtype), f, indent=2)
             f.write("\n")
-        save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-        canonical_header(os.path.join(tmp, "model.safetensors"))  # the same head, the same bytes
+        save_tensors(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})  # sorted header
     return out_dir
 
 

@@ -164,7 +164,8 @@ class DataConfig:
             if not is_kind(value):
                 raise ConfigError(f"{flag(f.name)} {value!r}: must be {what}")
         if self.retarget and self.from_ledger is None:
-            raise ConfigError("--retarget applies to a rebuild from a ledger: give --from-ledger LEDGER, or leave it out")
+            raise ConfigError("--retarget applies to a rebuild from a ledger: give --from-ledger LEDGER, or leave it "
+                              "out")
         if self.from_ledger is not None:
             given = [flag(f.name) for f in dataclasses.fields(self)
                      if f.name not in LEDGER_FIELDS and getattr(self, f.name) != f.default]
