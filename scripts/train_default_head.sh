@@ -6,7 +6,7 @@
 #
 # data    the recipe's "data" section: the teacher's answers to its prompt set, into DIR/data
 # train   the recipe's "train" section into DIR/run, the best held-out head exported to DIR/head; from its
-#         init_head, else from the default head as committed at INIT_COMMIT (4f6f4d8: the shipped head's parent)
+#         init_head, else from the default head as committed at INIT_COMMIT (a031d63: the shipped head's parent)
 # report  DIR/report: table, JSON lines and held-out curve of the run
 # export  the run's best head over assets/heads/smollm2-135m-eagle3 (once the evaluation confirms it)
 # all     data, train, report
@@ -20,7 +20,7 @@ STAGE=${1:-all}
 RECIPE=$(realpath -m "${2:-$(dirname "$0")/../configs/train/smollm2-head.json}")
 DIR=$(realpath -m "${3:-${MINDSPORE_EAGLE_HOME:-$HOME/.cache/mindspore_eagle}/recipes/$(basename "$RECIPE" .json)}")
 cd "$(dirname "$0")/.."
-INIT_COMMIT=${INIT_COMMIT:-4f6f4d8}
+INIT_COMMIT=${INIT_COMMIT:-a031d63}
 PY=.venv/bin/python
 export GLOG_v=3 MSE_KERNEL_THREADS=${MSE_KERNEL_THREADS:-2}
 
