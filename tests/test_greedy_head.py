@@ -2,9 +2,11 @@
 the exact Q8 kernel's logits: on an adversarial near-tie that the int16 rounding ranks the wrong way, on exact ties
 (the lowest index), on random rows of many scales and row counts, on the default teacher's own forwards, whatever
 else is in the call; rows it cannot bound fall back to the exact kernel; the pair layout holds the q8 panels'
-weights; the column sums never undercut the exact ones. Where the kernel path in use has no AVX512-VNNI, the head is
-not used and the teacher keeps its logits path; the head's portable loops give the same tokens there (every test
-runs on every machine; on one with VNNI the lower path is selected to check that branch too)."""
+weights; the column sums never undercut the exact ones. The head is fast on the AVX2 path (VPMADDWD blocks) and on
+the AVX-512 paths of a VNNI processor, and the teacher takes it there; on the portable path (and NEON) it is not used
+and the teacher keeps its logits path, the head's portable loops giving the same tokens. The token tests run on
+every path of this file's code that the machine runs (``each_greedy_path``: the path in use, AVX2 below an AVX-512
+path, the portable loops), so no machine skips a branch it can run."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from mindspore_eagle.errors import ConfigError
 from mindspore_eagle.kernels import LinearKernel, build, greedy_head
 from mindspore_eagle.kernels.greedy_head import GreedyQ8HeadKernel
 from mindspore_eagle.kernels.layout import gguf_fields, pack_quantized, q8_column_abs_sums, q8_pair_panels
+from mindspore_eagle.kernels.ops import kernel_status
 from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.teacher import ARGMAX, LOGITS, Teacher
 from tests.helpers import TINY, default_model_or_skip, require_kernel, write_tiny_gguf
@@ -54,6 +57,20 @@ def tokens_and_logits(head: LinearKernel, greedy: GreedyQ8HeadKernel, x: np.ndar
     flags = None if rows is None else Tensor(np.asarray(rows, np.int32))
     tok = greedy(xt, head.packed_weight, norm, head.eps, flags).asnumpy()
     return tok, logits
+
+
+def each_greedy_path():
+    """Select in turn every kernel path with its own greedy-head code that this processor runs -- the path in use,
+    avx2 (its VPMADDWD blocks) when the path in use is above it, generic (argmax.cc's portable loops) -- yielding its
+    name; the path in use is selected again at the end."""
+    before = build.current_isa()
+    runs = kernel_status("float32").library.isas
+    try:
+        for path in [before] + [p for p in ("avx2", "generic") if p in runs and p != before]:
+            build.select_isa(path)
+            yield path
+    finally:
+        build.select_isa(before)
 
 
 def greedy_teacher(model_dir: str, runtime: RuntimeConfig) -> Teacher:
@@ -122,22 +139,23 @@ def test_a_near_tie_that_int16_rounding_ranks_wrongly_still_gives_numpys_token()
     1) with a slightly smaller weight: the approximation ranks 3 first, the exact logits 5. The bound must keep 5
     a candidate (with the quantisation term halved it does not: mutation-checked)."""
     require_kernel("float32")
-    n, k = 40, 64
-    d = np.full((n, k // 32), 0.5, np.float32)
-    q = np.zeros((n, k), np.int8)
-    q[5, 1], q[3, 2] = 127, 114
-    head = head_kernel(d, q)
-    greedy = GreedyQ8HeadKernel(head)
-    x = np.zeros((1, 2, k), np.float32)
-    x[0, :, 0] = 1.0
-    x[0, 0, 1], x[0, 0, 2] = 0.49 / 32767, 0.51 / 32767
-    x[0, 1, 1], x[0, 1, 2] = 0.45 / 32767, 0.51 / 32767  # row 1: here column 3 wins exactly
-    greedy_head.stats(reset=True)
-    tok, logits = tokens_and_logits(head, greedy, x)
-    assert logits[0, 0, 5] > logits[0, 0, 3] > 0 and logits[0, 1, 3] > logits[0, 1, 5]
-    assert tok.tolist() == [[5, 3]] == np.argmax(logits, -1).tolist()
-    s = greedy_head.stats()
-    assert s["rows"] == 2 and s["fallbacks"] == 0 and s["candidates"] == 4  # both columns, both rows
+    for path in each_greedy_path():
+        n, k = 40, 64
+        d = np.full((n, k // 32), 0.5, np.float32)
+        q = np.zeros((n, k), np.int8)
+        q[5, 1], q[3, 2] = 127, 114
+        head = head_kernel(d, q)
+        greedy = GreedyQ8HeadKernel(head)
+        x = np.zeros((1, 2, k), np.float32)
+        x[0, :, 0] = 1.0
+        x[0, 0, 1], x[0, 0, 2] = 0.49 / 32767, 0.51 / 32767
+        x[0, 1, 1], x[0, 1, 2] = 0.45 / 32767, 0.51 / 32767  # row 1: here column 3 wins exactly
+        greedy_head.stats(reset=True)
+        tok, logits = tokens_and_logits(head, greedy, x)
+        assert logits[0, 0, 5] > logits[0, 0, 3] > 0 and logits[0, 1, 3] > logits[0, 1, 5]
+        assert tok.tolist() == [[5, 3]] == np.argmax(logits, -1).tolist(), path
+        s = greedy_head.stats()
+        assert s["rows"] == 2 and s["fallbacks"] == 0 and s["candidates"] == 4, (path, s)  # both columns, both rows
 
 
 def test_columns_equal_in_exact_arithmetic_are_told_apart_by_the_kernels_own_rounding():
@@ -146,110 +164,108 @@ def test_columns_equal_in_exact_arithmetic_are_told_apart_by_the_kernels_own_rou
     arithmetic and differ only by the kernel's fma-chain roundings. All are candidates, so the token is decided by
     recomputing them with exactly the kernel's chain (another order or a plain multiply-add picks other columns)."""
     require_kernel("float32")
-    rng = np.random.default_rng(5)
-    n, k = 48, 256
-    even, odd = rng.integers(1, 128, k // 2), rng.integers(1, 128, k // 2)
-    q = np.zeros((n, k), np.int8)
-    for j in range(n):
-        q[j, 0::2], q[j, 1::2] = rng.permutation(even), rng.permutation(odd)
-    head = head_kernel(np.full((n, k // 32), np.float16(0.0123), np.float32), q)
-    greedy = GreedyQ8HeadKernel(head)
-    x = np.zeros((1, 24, k), np.float32)
-    x[0, :, 0::2] = rng.uniform(0.5, 2.0, (24, 1))
-    x[0, :, 1::2] = rng.uniform(0.5, 2.0, (24, 1))
-    tok, logits = tokens_and_logits(head, greedy, x)
-    spread = logits[0].max(-1) - logits[0].min(-1)
-    assert (spread > 0).all() and (spread < 1e-4 * np.abs(logits[0]).max(-1)).all()  # ulps apart, not equal
-    assert np.array_equal(tok, np.argmax(logits, -1))
-    assert len(set(tok[0].tolist())) > 3  # the winner changes from row to row: rounding decides
-    # the same as an untied head, x taken as it is (any rescaling of it, a norm taken twice, shows here)
-    plain = LinearKernel(k, n, "float32", transposed=True)
-    assert plain.pack_native([("Q8_0", q8_rows(np.full((n, k // 32), np.float16(0.0123), np.float32), q))])
-    xt = Tensor(x * np.float32(1.37))
-    logits = plain(xt, None, None, None, None).asnumpy()
-    tok = GreedyQ8HeadKernel(plain)(xt, plain.packed_weight).asnumpy()
-    assert np.array_equal(tok, np.argmax(logits, -1)) and len(set(tok[0].tolist())) > 3
+    for path in each_greedy_path():
+        rng = np.random.default_rng(5)
+        n, k = 48, 256
+        even, odd = rng.integers(1, 128, k // 2), rng.integers(1, 128, k // 2)
+        q = np.zeros((n, k), np.int8)
+        for j in range(n):
+            q[j, 0::2], q[j, 1::2] = rng.permutation(even), rng.permutation(odd)
+        head = head_kernel(np.full((n, k // 32), np.float16(0.0123), np.float32), q)
+        greedy = GreedyQ8HeadKernel(head)
+        x = np.zeros((1, 24, k), np.float32)
+        x[0, :, 0::2] = rng.uniform(0.5, 2.0, (24, 1))
+        x[0, :, 1::2] = rng.uniform(0.5, 2.0, (24, 1))
+        tok, logits = tokens_and_logits(head, greedy, x)
+        spread = logits[0].max(-1) - logits[0].min(-1)
+        assert (spread > 0).all() and (spread < 1e-4 * np.abs(logits[0]).max(-1)).all()  # ulps apart, not equal
+        assert np.array_equal(tok, np.argmax(logits, -1))
+        assert len(set(tok[0].tolist())) > 3  # the winner changes from row to row: rounding decides
+        # the same as an untied head, x taken as it is (any rescaling of it, a norm taken twice, shows here)
+        plain = LinearKernel(k, n, "float32", transposed=True)
+        assert plain.pack_native([("Q8_0", q8_rows(np.full((n, k // 32), np.float16(0.0123), np.float32), q))])
+        xt = Tensor(x * np.float32(1.37))
+        logits = plain(xt, None, None, None, None).asnumpy()
+        tok = GreedyQ8HeadKernel(plain)(xt, plain.packed_weight).asnumpy()
+        assert np.array_equal(tok, np.argmax(logits, -1)) and len(set(tok[0].tolist())) > 3
 
 
 def test_exact_ties_give_the_lowest_index_and_random_rows_numpys_token_at_any_row_count():
     require_kernel("float32")
-    rng = np.random.default_rng(1)
-    n, k = 1000, 128
-    d, q = random_blocks(rng, n, k)
-    x0 = rng.standard_normal(k).astype(np.float32)
-    q[9] = q[700] = np.clip(np.round(127 * x0 / np.abs(x0).max()), -127, 127)  # aligned with x0: the top logit
-    d[9] = d[700] = 0.05
-    head = head_kernel(d, q)
-    greedy = GreedyQ8HeadKernel(head)
-    tok, logits = tokens_and_logits(head, greedy, x0[None, None])
-    assert logits[0, 0, 9] == logits[0, 0, 700] == logits.max() and tok[0, 0] == 9
-    greedy_head.stats(reset=True)
-    for m in (1, 2, 3, 5, 8, 13, 16, 17, 40):
-        x = rng.standard_normal((1, m, k)) * rng.uniform(1e-3, 1e3, (1, m, 1))
-        tok, logits = tokens_and_logits(head, greedy, x)
-        assert np.array_equal(tok, np.argmax(logits, -1)), m
-        if m == 13:  # batch invariance: each row alone, and among flagged / unflagged rows, gives its token
-            alone = {i: tokens_and_logits(head, greedy, x[:, i:i + 1])[0][0, 0] for i in range(m)}
-            assert [alone[i] for i in range(m)] == tok[0].tolist()
-            flags = (np.arange(m) % 3 != 1).astype(np.int32)[None]
-            part, _ = tokens_and_logits(head, greedy, x, rows=flags)
-            assert part[0].tolist() == [t if f else 0 for t, f in zip(tok[0].tolist(), flags[0])]
-    s = greedy_head.stats()
-    assert s["fallbacks"] == 0 and s["rows"] > 100 and s["candidates"] < 2 * s["rows"], s
-    # the same weights as an untied head (no norm inside: x is the norm's output already), with and without rows
-    plain = LinearKernel(k, n, "float32", transposed=True)
-    assert plain.pack_native([("Q8_0", q8_rows(d, q))])
-    x = Tensor((rng.standard_normal((2, 7, k)) * 3).astype(np.float32))
-    logits = plain(x, None, None, None, None).asnumpy()
-    untied = GreedyQ8HeadKernel(plain)
-    assert np.array_equal(untied(x, plain.packed_weight).asnumpy(), np.argmax(logits, -1))
-    flags = np.ones((2, 7), np.int32)
-    flags[1, 3] = 0
-    tok = untied(x, plain.packed_weight, None, None, Tensor(flags)).asnumpy()
-    assert np.array_equal(tok, np.where(flags == 1, np.argmax(logits, -1), 0))
+    for path in each_greedy_path():
+        rng = np.random.default_rng(1)
+        n, k = 1003, 128  # not a multiple of 8 or 16: the scans' last columns
+        d, q = random_blocks(rng, n, k)
+        x0 = rng.standard_normal(k).astype(np.float32)
+        q[1001] = q[1002] = np.clip(np.round(127 * x0 / np.abs(x0).max()), -127, 127)  # aligned with x0: top
+        d[1001] = d[1002] = 0.05
+        head = head_kernel(d, q)
+        greedy = GreedyQ8HeadKernel(head)
+        tok, logits = tokens_and_logits(head, greedy, x0[None, None])
+        assert logits[0, 0, 1001] == logits[0, 0, 1002] == logits.max() and tok[0, 0] == 1001, path
+        greedy_head.stats(reset=True)
+        for m in (1, 2, 3, 5, 8, 13, 16, 17, 40):
+            x = rng.standard_normal((1, m, k)) * rng.uniform(1e-3, 1e3, (1, m, 1))
+            tok, logits = tokens_and_logits(head, greedy, x)
+            assert np.array_equal(tok, np.argmax(logits, -1)), (path, m)
+            if m == 13:  # batch invariance: each row alone, and among flagged / unflagged rows, gives its token
+                alone = {i: tokens_and_logits(head, greedy, x[:, i:i + 1])[0][0, 0] for i in range(m)}
+                assert [alone[i] for i in range(m)] == tok[0].tolist()
+                flags = (np.arange(m) % 3 != 1).astype(np.int32)[None]
+                part, _ = tokens_and_logits(head, greedy, x, rows=flags)
+                assert part[0].tolist() == [t if f else 0 for t, f in zip(tok[0].tolist(), flags[0])]
+        s = greedy_head.stats()
+        assert s["fallbacks"] == 0 and s["rows"] > 100 and s["candidates"] < 2 * s["rows"], (path, s)
+        # the same weights as an untied head (no norm inside: x is the norm's output already), with and without rows
+        plain = LinearKernel(k, n, "float32", transposed=True)
+        assert plain.pack_native([("Q8_0", q8_rows(d, q))])
+        x = Tensor((rng.standard_normal((2, 7, k)) * 3).astype(np.float32))
+        logits = plain(x, None, None, None, None).asnumpy()
+        untied = GreedyQ8HeadKernel(plain)
+        assert np.array_equal(untied(x, plain.packed_weight).asnumpy(), np.argmax(logits, -1))
+        flags = np.ones((2, 7), np.int32)
+        flags[1, 3] = 0
+        tok = untied(x, plain.packed_weight, None, None, Tensor(flags)).asnumpy()
+        assert np.array_equal(tok, np.where(flags == 1, np.argmax(logits, -1), 0))
 
 
 def test_rows_it_cannot_bound_take_the_exact_kernel():
     require_kernel("float32")
-    rng = np.random.default_rng(2)
-    head = head_kernel(*random_blocks(rng, 300, 64))
-    greedy = GreedyQ8HeadKernel(head)
-    x = rng.standard_normal((1, 4, 64)).astype(np.float32)
-    x[0, 1] = 0.0  # all-zero logits: token 0
-    x[0, 2, 7] = np.nan  # NaN logits: the first NaN, 0
-    x[0, 3] = 1e-30  # tiny, but the norm (eps dominating) scales it to ~1e-27: still a row the bound serves
-    greedy_head.stats(reset=True)
-    tok, logits = tokens_and_logits(head, greedy, x)
-    assert np.array_equal(tok, np.argmax(logits, -1))
-    assert greedy_head.stats()["fallbacks"] == 2  # rows 1 and 2
-
-
-def test_without_vnni_the_teacher_keeps_logits_and_the_portable_head_gives_the_same_tokens():
-    """On a path without AVX512-VNNI (every path of an AVX2 / Arm machine; avx2 selected here when the processor has
-    more) the default teacher serves greedy requests from the logits, and the head's portable loops still give
-    numpy's token (the near-tie above included)."""
-    require_kernel("float32")
-    before = build.current_isa()
-    lower = "avx2" if before.startswith("avx512") else before
-    try:
-        build.select_isa(lower)
-        assert not greedy_head.fast_here()
-        teacher = Teacher.load(default_model_or_skip(), RuntimeConfig(max_cache_len=128))
-        assert teacher.weights == "native" and not teacher.cell.greedy_head_ready and teacher.greedy_output == LOGITS
-        low_key = key_parts(teacher, default_model_or_skip(), None, None)
-        test_a_near_tie_that_int16_rounding_ranks_wrongly_still_gives_numpys_token()
-        rng = np.random.default_rng(4)
-        head = head_kernel(*random_blocks(rng, 200, 64))
-        x = rng.standard_normal((1, 6, 64)) * rng.uniform(1e-2, 1e2, (1, 6, 1))
-        tok, logits = tokens_and_logits(head, GreedyQ8HeadKernel(head), x)
+    for path in each_greedy_path():
+        rng = np.random.default_rng(2)
+        head = head_kernel(*random_blocks(rng, 300, 64))
+        greedy = GreedyQ8HeadKernel(head)
+        x = rng.standard_normal((1, 4, 64)).astype(np.float32)
+        x[0, 1] = 0.0  # all-zero logits: token 0
+        x[0, 2, 7] = np.nan  # NaN logits: the first NaN, 0
+        x[0, 3] = 1e-30  # tiny, but the norm (eps dominating) scales it to ~1e-27: still a row the bound serves
+        greedy_head.stats(reset=True)
+        tok, logits = tokens_and_logits(head, greedy, x)
         assert np.array_equal(tok, np.argmax(logits, -1))
-    finally:
-        build.select_isa(before)
-    # the compiled-graph cache never serves one machine's greedy graph to the other (the path name alone can agree:
-    # AVX-512 with and without VNNI)
-    teacher = Teacher.load(default_model_or_skip(), RuntimeConfig(max_cache_len=128))
-    key = key_parts(teacher, default_model_or_skip(), None, None)
-    assert (key["greedy"] != low_key["greedy"]) == greedy_head.fast_here()
+        assert greedy_head.stats()["fallbacks"] == 2, path  # rows 1 and 2
+
+
+def test_the_teacher_takes_the_greedy_head_where_it_is_fast_and_keeps_logits_on_the_portable_path():
+    """On every path this machine runs: where the head is fast (always on AVX2; on AVX-512 with VNNI) the default
+    teacher's greedy output is the head's token, np.argmax of its logits on a prompt chunk, a tree and a decode
+    step; where it is not (the portable path; NEON) the load keeps the logits path. The compiled-graph cache key tells
+    the two apart (the path name alone can agree: AVX-512 with and without VNNI)."""
+    require_kernel("float32")
+    keys, in_use = {}, build.current_isa()
+    for path in each_greedy_path():
+        fast = greedy_head.fast_here()
+        assert fast or path != "avx2"
+        assert not fast or path != "generic"
+        teacher = Teacher.load(default_model_or_skip(), RuntimeConfig(max_cache_len=128))
+        assert teacher.weights == "native" and teacher.cell.greedy_head_ready == fast, path
+        assert teacher.greedy_output == (ARGMAX if fast else LOGITS), path
+        keys[fast] = key_parts(teacher, default_model_or_skip(), None, None)["greedy"]
+        if fast and path != in_use:  # the path in use: test_default_teachers_greedy_forwards_give_the_argmax...
+            ids = [int(t) for t in np.random.default_rng(8).integers(0, teacher.cfg.vocab_size, 25)]
+            greedy_head.stats(reset=True)
+            assert_greedy_forwards_give_argmax(teacher, ids, (16, 8, 1))
+            assert greedy_head.stats()["rows"] == 25, path
+    assert keys.get(True) != keys[False]  # on x86 both kinds ran (avx2 is fast, generic is not)
 
 
 def test_an_untied_q8_output_head_gives_the_argmax_of_its_logits_and_the_same_generation(tmp_path):

@@ -11,12 +11,13 @@
 //
 // Why: with several rows (tree verification, batched decoding) the exact Q8 head spends 3 + M instructions per K row
 // and 16 columns (weights rebuilt, one fma per row); AVX512-VNNI's VPDPWSSD multiplies int16 activations by the int8
-// weights two K rows at a time, (1 + M) / 2 instructions. Its logits are approximate; a bound makes the token exact:
+// weights two K rows at a time, (1 + M) / 2 instructions (AVX2's VPMADDWD + VPADDD on two ymm halves: 1 + 2M, where
+// the exact kernel spends 6 + 2M there). Its logits are approximate; a bound makes the token exact:
 //
 //   1. a = RMSNorm(x) (the kernel's own prologue, same bits) or x; s = max|a| / 32767; xq = round(a / s) (int16);
 //      e = max_k |a_k - s xq_k| (fp64, exact).
 //   2. approx: L~[n] = s * sum_b d[b, n] float(sum_{k in b} xq_k q[k, n])   (int32 inner sums exact; compute.cc's
-//      VNNI blocks where the path has them, approx_portable elsewhere: correct on every path, fast only there)
+//      VNNI / AVX2 blocks where the path has them, approx_portable elsewhere: correct on every path, fast only there)
 //   3. every logit L[n] of the exact kernel lies within B[n] = F W1[n] of L~[n], W1[n] = sum_k |w[k, n]| (colabs,
 //      rounded up), F = 1.01 (e + (gamma_K + gamma_{K/32 + 3}) max(max|a|, 32767 s)), gamma_n = n u / (1 - n u),
 //      u = 2^-24:  |L - a.w| <= gamma_K sum_k |a_k w_k| (the kernel's K fmas, each rounding once);
@@ -119,7 +120,7 @@ struct ArgmaxJob {
   CandidateScan scan;     // the path's scan, or the portable one
 };
 
-// The portable approximation and scan, for paths without VNNI (compute.cc has the fast ones): the same sums in
+// The portable approximation and scan, for paths without fast blocks (compute.cc has those): the same sums in
 // another order (the int32 block sums are exact; one fma per block, as there), so the same bound holds. The product
 // takes the greedy head only where the fast one runs (MseArgmaxQ8Fast); tests run this one on every machine.
 void approx_portable(const mse::ApproxQ8Job& c, int64_t item) {

@@ -281,7 +281,7 @@ def setup_kernels() -> str:
     if lib is None:
         return f"custom kernels unavailable ({status.reason}); models use MindSpore's MatMul"
     bf16 = "bfloat16 native (AVX512-BF16)" if lib.native_bf16 else "bfloat16 widened to float32 exactly"
-    greedy = ("greedy tokens of a Q8 LM head from int16 dots (AVX512-VNNI)" if handle().MseArgmaxQ8Fast()
+    greedy = ("greedy tokens of a Q8 LM head from int16 dots" if handle().MseArgmaxQ8Fast()
               else "greedy tokens from the logits")
     return (f"custom kernels ready: path {lib.isa} (this CPU runs {', '.join(lib.isas)}); float32, {bf16}; {greedy} "
             f"({lib.path})")

@@ -860,19 +860,33 @@ int attention(const AttentionCall& c) {
 // of 16 columns where the exact kernel spends one fma per K row plus the weights' rebuild (3 + M instructions per K
 // row against (1 + M) / 2 here). Compiled into the AVX-512 paths with a function-level target, run only where the
 // processor has VNNI (approx_q8_runs). Nothing here needs to match another path's bits: argmax.cc's bound covers
-// any order of these sums.
-#if defined(MSE_ISA_AVX512)
-#define MSE_VNNI __attribute__((target("avx512vnni")))
-
+// any order of these sums. AVX2 (below) does the same with VPMADDWD. Each path has its own register blocks and
+// scan; the table of blocks and the chunk that runs them come after both.
+#if defined(MSE_ISA_AVX512) || defined(MSE_ISA_AVX2)
 inline int32_t xq_pair(const int16_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return v;
 }
 
+// Block kb of each of RN consecutive panels (pstride bytes apart), the blocks two further on prefetched.
+template <int RN>
+inline void panel_blocks(const uint8_t* w, int64_t pstride, int64_t kb, const uint8_t* (&blk)[RN]) {
+  for (int j = 0; j < RN; ++j) {
+    blk[j] = w + j * pstride + kb * kQ8Bytes;
+    for (int64_t off = 0; off < kQ8Bytes; off += 64) prefetch(blk[j] + 2 * kQ8Bytes + off);
+  }
+}
+#endif
+
+#if defined(MSE_ISA_AVX512)
+#define MSE_APPROX_TARGET __attribute__((target("avx512vnni")))
+#define MSE_APPROX_NEEDS_VNNI true
+
 // RM rows x RN panels, all K: acc (int32) per 32-row block, folded into f (fp32) with the block's d.
 template <int RM, int RN>
-MSE_VNNI void approx_block(const int16_t* xq, int64_t K, const uint8_t* w, int64_t KB, float* out, int64_t ldo) {
+MSE_APPROX_TARGET void approx_block(const int16_t* xq, int64_t K, const uint8_t* w, int64_t KB, float* out,
+                                    int64_t ldo) {
   __m512 f[RM][RN];
   for (int i = 0; i < RM; ++i)
     for (int j = 0; j < RN; ++j) f[i][j] = _mm512_setzero_ps();
@@ -882,10 +896,7 @@ MSE_VNNI void approx_block(const int16_t* xq, int64_t K, const uint8_t* w, int64
     for (int i = 0; i < RM; ++i)
       for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_setzero_si512();
     const uint8_t* blk[RN];
-    for (int j = 0; j < RN; ++j) {
-      blk[j] = w + j * pstride + kb * kQ8Bytes;
-      for (int64_t off = 0; off < kQ8Bytes; off += 64) prefetch(blk[j] + 2 * kQ8Bytes + off);
-    }
+    panel_blocks(w, pstride, kb, blk);
     const int16_t* xk = xq + kb * kQBlock;
     for (int p = 0; p < kQBlock / 2; ++p) {
       __m512i wv[RN];
@@ -908,31 +919,6 @@ MSE_VNNI void approx_block(const int16_t* xq, int64_t K, const uint8_t* w, int64
 // Register blocks: 2 RM RN accumulators (int32 and fp32) + RN weights + 1 broadcast <= 32 zmm.
 constexpr int kApproxRM = 4, kApproxRN = 8;
 int approx_panels(int rm) { return rm == 1 ? 8 : rm == 2 ? 6 : rm == 3 ? 4 : 3; }
-using ApproxBlock = void (*)(const int16_t*, int64_t, const uint8_t*, int64_t, float*, int64_t);
-template <int RM, int... RNs>
-constexpr std::array<ApproxBlock, sizeof...(RNs)> approx_row(std::integer_sequence<int, RNs...>) {
-  return {&approx_block<RM, RNs + 1>...};
-}
-template <int... RMs>
-constexpr std::array<std::array<ApproxBlock, kApproxRN>, sizeof...(RMs)> approx_table(
-    std::integer_sequence<int, RMs...>) {
-  return {approx_row<RMs + 1>(std::make_integer_sequence<int, kApproxRN>{})...};
-}
-const auto kApprox = approx_table(std::make_integer_sequence<int, kApproxRM>{});
-
-// Up to kApproxRM rows: one register block, as wide as its rows allow. More: every row block takes a group of
-// approx_panels(kApproxRM) panels in turn, so that the group's weights (~31 KB) are read from L1 after the first.
-MSE_VNNI void approx_q8_chunk(const ApproxQ8Job& c, int64_t item) {
-  const int64_t p0 = item * c.chunk, p1 = std::min(c.np, p0 + c.chunk), KB = c.K / kQBlock, ldo = c.np * kLanes;
-  const int G = approx_panels((int)std::min<int64_t>(kApproxRM, c.M));
-  for (int64_t p = p0; p < p1; p += G) {
-    const int rn = (int)std::min<int64_t>(G, p1 - p);
-    for (int64_t m0 = 0; m0 < c.M; m0 += kApproxRM) {
-      const int rm = (int)std::min<int64_t>(kApproxRM, c.M - m0);
-      kApprox[rm - 1][rn - 1](c.xq + m0 * c.K, c.K, c.w + p * KB * kQ8Bytes, KB, c.out + m0 * ldo + p * kLanes, ldo);
-    }
-  }
-}
 
 // The candidates of one row (argmax.cc): with L_n = s out[n] and B_n = F colabs[n] (fp32), every column n < N whose
 // L_n + B_n reaches approx_threshold (kernels.h), in increasing n. Returns the count, or cap + 1 once more than cap.
@@ -963,9 +949,137 @@ int64_t approx_q8_candidates(const float* out, const float* colabs, int64_t N, f
   }
   return count;
 }
-#define MSE_APPROX_OPS approx_q8_chunk, approx_q8_candidates
+#elif defined(MSE_ISA_AVX2)
+#define MSE_APPROX_TARGET
+#define MSE_APPROX_NEEDS_VNNI false
+// AVX2 has no VPDPWSSD, but VPMADDWD multiplies the same int16 pairs into int32 lanes (then one VPADDD): a panel's
+// 16 columns take two ymm halves, so two K rows of one row cost 2 + 2 instructions plus the weights' two widening
+// loads, shared by the rows of the block, where the exact kernel rebuilds each K row's 16 weights in 6 and adds 2
+// fmas per row. The same int32 block sums (exact) and the same fold, d * float(sum) added in block order, as the
+// AVX-512 blocks: the same approximate logits. |xq| <= 32767 and |q| <= 127 keep a block's 32 products far from
+// int32's range, as there.
+
+// RM rows x RN panels, all K: the int32 sums of one 32-row block in registers (2 RM RN ymm), folded into out with
+// the block's d; per row pair the RM broadcasts stay in registers and each panel's weights are loaded once for the
+// RM rows. 2 RM RN + RM + 2 <= 16 ymm.
+template <int RM, int RN>
+void approx_block(const int16_t* xq, int64_t K, const uint8_t* w, int64_t KB, float* out, int64_t ldo) {
+  const int64_t pstride = KB * kQ8Bytes;
+  for (int64_t kb = 0; kb < KB; ++kb) {
+    __m256i acc[RM][RN][2];
+    for (int i = 0; i < RM; ++i)
+      for (int j = 0; j < RN; ++j) acc[i][j][0] = acc[i][j][1] = _mm256_setzero_si256();
+    const uint8_t* blk[RN];
+    panel_blocks(w, pstride, kb, blk);
+    const int16_t* xk = xq + kb * kQBlock;
+    for (int p = 0; p < kQBlock / 2; ++p) {
+      __m256i x[RM];
+      for (int i = 0; i < RM; ++i) x[i] = _mm256_set1_epi32(xq_pair(xk + i * K + 2 * p));
+      for (int j = 0; j < RN; ++j) {
+        const uint8_t* src = blk[j] + 64 + p * 32;
+        const __m256i lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+        const __m256i hi = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16)));
+        for (int i = 0; i < RM; ++i) {
+          acc[i][j][0] = _mm256_add_epi32(acc[i][j][0], _mm256_madd_epi16(lo, x[i]));
+          acc[i][j][1] = _mm256_add_epi32(acc[i][j][1], _mm256_madd_epi16(hi, x[i]));
+        }
+      }
+    }
+    for (int j = 0; j < RN; ++j)
+      for (int h = 0; h < 2; ++h) {
+        const __m256 d = _mm256_loadu_ps(reinterpret_cast<const float*>(blk[j]) + 8 * h);
+        for (int i = 0; i < RM; ++i) {
+          float* o = out + i * ldo + j * kLanes + 8 * h;
+          const __m256 f = kb == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(o);
+          _mm256_storeu_ps(o, _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(acc[i][j][h]), f));
+        }
+      }
+  }
+}
+
+constexpr int kApproxRM = 4, kApproxRN = 4;
+int approx_panels(int rm) { return rm == 1 ? 4 : rm == 2 ? 2 : 1; }
+
+float hmax8(__m256 v) {
+  alignas(32) float t[8];
+  _mm256_store_ps(t, v);
+  float m = t[0];
+  for (int l = 1; l < 8; ++l) m = std::max(m, t[l]);
+  return m;
+}
+
+// The candidates of one row, as the AVX-512 scan (kernels.h's threshold; the same fp32 operations per column, so
+// the same candidates), 8 columns per instruction and the columns past the last multiple of 8 one by one.
+int64_t approx_q8_candidates(const float* out, const float* colabs, int64_t N, float s, float F, int32_t* cand,
+                             int64_t cap) {
+  const __m256 vs = _mm256_set1_ps(s), vF = _mm256_set1_ps(F);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 top = _mm256_set1_ps(-INFINITY), mag = _mm256_setzero_ps();
+  const int64_t N8 = N / 8 * 8;
+  for (int64_t n = 0; n < N8; n += 8) {
+    const __m256 L = _mm256_mul_ps(vs, _mm256_loadu_ps(out + n));
+    const __m256 B = _mm256_mul_ps(vF, _mm256_loadu_ps(colabs + n));
+    top = _mm256_max_ps(top, _mm256_sub_ps(L, B));
+    mag = _mm256_max_ps(mag, _mm256_add_ps(_mm256_and_ps(L, abs_mask), B));
+  }
+  float t = hmax8(top), m = hmax8(mag);
+  for (int64_t n = N8; n < N; ++n) {
+    const float L = s * out[n], B = F * colabs[n];
+    t = std::max(t, L - B);
+    m = std::max(m, std::fabs(L) + B);
+  }
+  const float thr = approx_threshold(t, m);
+  const __m256 vthr = _mm256_set1_ps(thr);
+  int64_t count = 0;
+  for (int64_t n = 0; n < N8; n += 8) {
+    const __m256 L = _mm256_mul_ps(vs, _mm256_loadu_ps(out + n));
+    const __m256 B = _mm256_mul_ps(vF, _mm256_loadu_ps(colabs + n));
+    uint32_t hit = (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_add_ps(L, B), vthr, _CMP_GE_OQ));
+    while (hit) {
+      if (count == cap) return cap + 1;
+      cand[count++] = (int32_t)(n + __builtin_ctz(hit));
+      hit &= hit - 1;
+    }
+  }
+  for (int64_t n = N8; n < N; ++n)
+    if (s * out[n] + F * colabs[n] >= thr) {
+      if (count == cap) return cap + 1;
+      cand[count++] = (int32_t)n;
+    }
+  return count;
+}
+#endif
+
+#if defined(MSE_APPROX_TARGET)
+using ApproxBlock = void (*)(const int16_t*, int64_t, const uint8_t*, int64_t, float*, int64_t);
+template <int RM, int... RNs>
+constexpr std::array<ApproxBlock, sizeof...(RNs)> approx_row(std::integer_sequence<int, RNs...>) {
+  return {&approx_block<RM, RNs + 1>...};
+}
+template <int... RMs>
+constexpr std::array<std::array<ApproxBlock, kApproxRN>, sizeof...(RMs)> approx_table(
+    std::integer_sequence<int, RMs...>) {
+  return {approx_row<RMs + 1>(std::make_integer_sequence<int, kApproxRN>{})...};
+}
+const auto kApprox = approx_table(std::make_integer_sequence<int, kApproxRM>{});
+
+// Up to kApproxRM rows: one register block, as wide as its rows allow. More: every row block takes a group of
+// approx_panels(kApproxRM) panels in turn, so that the group's weights (~31 KB on AVX-512, ~10 KB on AVX2) are read
+// from L1 after the first.
+MSE_APPROX_TARGET void approx_q8_chunk(const ApproxQ8Job& c, int64_t item) {
+  const int64_t p0 = item * c.chunk, p1 = std::min(c.np, p0 + c.chunk), KB = c.K / kQBlock, ldo = c.np * kLanes;
+  const int G = approx_panels((int)std::min<int64_t>(kApproxRM, c.M));
+  for (int64_t p = p0; p < p1; p += G) {
+    const int rn = (int)std::min<int64_t>(G, p1 - p);
+    for (int64_t m0 = 0; m0 < c.M; m0 += kApproxRM) {
+      const int rm = (int)std::min<int64_t>(kApproxRM, c.M - m0);
+      kApprox[rm - 1][rn - 1](c.xq + m0 * c.K, c.K, c.w + p * KB * kQ8Bytes, KB, c.out + m0 * ldo + p * kLanes, ldo);
+    }
+  }
+}
+#define MSE_APPROX_OPS approx_q8_chunk, approx_q8_candidates, MSE_APPROX_NEEDS_VNNI
 #else
-#define MSE_APPROX_OPS nullptr, nullptr
+#define MSE_APPROX_OPS nullptr, nullptr, false
 #endif
 
 }  // namespace

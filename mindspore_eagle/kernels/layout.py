@@ -159,7 +159,7 @@ def pack_quantized(d: np.ndarray, m: np.ndarray, q: np.ndarray, fmt: str) -> np.
 #
 #     pairs:   [np, K/32, 576] bytes = d[16] fp32 | 16 row pairs x 16 columns x 2 int8 (byte 2j + t of pair p:
 #              column j of row 2p + t), the q8 panels' bytes reordered so that one widening load gives each lane
-#              its two rows' weights as an int16 pair (AVX512-VNNI's VPDPWSSD)
+#              its two rows' weights as an int16 pair (AVX512-VNNI's VPDPWSSD, AVX2's VPMADDWD)
 #     colabs:  [N] fp32, sum_k |W[k, n]| per output column, rounded up (the bound's weight term)
 
 
