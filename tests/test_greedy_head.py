@@ -2,11 +2,12 @@
 the exact Q8 kernel's logits: on an adversarial near-tie that the int16 rounding ranks the wrong way, on exact ties
 (the lowest index), on random rows of many scales and row counts, on the default teacher's own forwards, whatever
 else is in the call; rows it cannot bound fall back to the exact kernel; the pair layout holds the q8 panels'
-weights; the column sums never undercut the exact ones. The head is fast on the AVX2 path (VPMADDWD blocks) and on
-the AVX-512 paths of a VNNI processor, and the teacher takes it there; on the portable path (and NEON) it is not used
-and the teacher keeps its logits path, the head's portable loops giving the same tokens. The token tests run on
-every path of this file's code that the machine runs (``each_greedy_path``: the path in use, AVX2 below an AVX-512
-path, the portable loops), so no machine skips a branch it can run."""
+weights; the column sums never undercut the exact ones. The head is fast on the AVX2 path (VPMADDWD blocks), the
+NEON path (SMLAL blocks) and the AVX-512 paths of a VNNI processor, and the teacher takes it there; on the portable
+path it is not used and the teacher keeps its logits path, the head's portable loops giving the same tokens (and
+the same approximate logits bit for bit on every path: the kernel self-test's approx cases, test_kernel_isa.py).
+The token tests run on every path of this file's code that the machine runs (``each_greedy_path``: the path in use,
+AVX2 below an AVX-512 path, the portable loops), so no machine skips a branch it can run."""
 
 from __future__ import annotations
 
@@ -246,9 +247,9 @@ def test_rows_it_cannot_bound_take_the_exact_kernel():
 
 
 def test_the_teacher_takes_the_greedy_head_where_it_is_fast_and_keeps_logits_on_the_portable_path():
-    """On every path this machine runs: where the head is fast (always on AVX2; on AVX-512 with VNNI) the default
-    teacher's greedy output is the head's token, np.argmax of its logits on a prompt chunk, a tree and a decode
-    step; where it is not (the portable path; NEON) the load keeps the logits path. The compiled-graph cache key tells
+    """On every path this machine runs: where the head is fast (always on AVX2 and NEON; on AVX-512 with VNNI) the
+    default teacher's greedy output is the head's token, np.argmax of its logits on a prompt chunk, a tree and a
+    decode step; where it is not (the portable path) the load keeps the logits path. The compiled-graph cache key tells
     the two apart (the path name alone can agree: AVX-512 with and without VNNI)."""
     require_kernel("float32")
     keys, in_use = {}, build.current_isa()
@@ -265,7 +266,7 @@ def test_the_teacher_takes_the_greedy_head_where_it_is_fast_and_keeps_logits_on_
             greedy_head.stats(reset=True)
             assert_greedy_forwards_give_argmax(teacher, ids, (16, 8, 1))
             assert greedy_head.stats()["rows"] == 25, path
-    assert keys.get(True) != keys[False]  # on x86 both kinds ran (avx2 is fast, generic is not)
+    assert keys[True] != keys[False]  # both kinds ran: avx2 / neon are fast, generic is not
 
 
 def test_an_untied_q8_output_head_gives_the_argmax_of_its_logits_and_the_same_generation(tmp_path):

@@ -320,4 +320,19 @@ void MseArgmaxQ8Stats(int64_t* out, int reset) {
   out[2] = reset ? g_fallbacks.exchange(0) : g_fallbacks.load();
 }
 
+// Step 2 and the scan alone, for the self-test (selftest.cc): the approximate logits out [M, 16 np] of M rows of
+// int16 activations xq [M, K] against pair panels [np, K/32, 576], and each row's candidates (s = 1, the given F;
+// cand [M, 64], counts [M], a count of 65 meaning "more than 64"), by the blocks and scan the argmax kernel uses on
+// the path in use. Every path must give the same bits (its blocks, or the portable loops where none run).
+void MseApproxQ8Check(int64_t M, int64_t K, int64_t N, const int16_t* xq, const uint8_t* pairs, const float* colabs,
+                      float F, float* out, int32_t* cand, int64_t* counts) {
+  const int64_t np = (N + kLanes - 1) / kLanes, ldo = np * kLanes;
+  const ApproxCall call{{M, K, np, kChunkPanels, (np + kChunkPanels - 1) / kChunkPanels, xq, pairs, out},
+                        mse::approx_q8_runs() ? mse::isa().approx_q8_chunk : approx_portable};
+  mse::parallel_for(call.job.nchunks, approx_item, &call);
+  const CandidateScan scan = mse::isa().approx_q8_candidates ? mse::isa().approx_q8_candidates : candidates_portable;
+  for (int64_t i = 0; i < M; ++i) counts[i] = scan(out + i * ldo, colabs, N, 1.0f, F, cand + i * kMaxCandidates,
+                                                   kMaxCandidates);
+}
+
 }  // extern "C"

@@ -860,13 +860,35 @@ int attention(const AttentionCall& c) {
 // of 16 columns where the exact kernel spends one fma per K row plus the weights' rebuild (3 + M instructions per K
 // row against (1 + M) / 2 here). Compiled into the AVX-512 paths with a function-level target, run only where the
 // processor has VNNI (approx_q8_runs). Nothing here needs to match another path's bits: argmax.cc's bound covers
-// any order of these sums. AVX2 (below) does the same with VPMADDWD. Each path has its own register blocks and
-// scan; the table of blocks and the chunk that runs them come after both.
-#if defined(MSE_ISA_AVX512) || defined(MSE_ISA_AVX2)
+// any order of these sums. AVX2 (below) does the same with VPMADDWD, NEON with SMLAL. Each path has its own register
+// blocks and scan; the table of blocks and the chunk that runs them come after them.
+#if defined(MSE_ISA_AVX512) || defined(MSE_ISA_AVX2) || defined(MSE_ISA_NEON)
 inline int32_t xq_pair(const int16_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return v;
+}
+
+// The scans' columns n0..N-1 one at a time (after the vector loop's last full vector; the same fp32 operations):
+// the first pass's top and mag, then the second's candidates. The count, or cap + 1 once more than cap.
+inline void scan_tail_extremes(const float* out, const float* colabs, int64_t n0, int64_t N, float s, float F,
+                               float& top, float& mag) {
+  for (int64_t n = n0; n < N; ++n) {
+    const float L = s * out[n], B = F * colabs[n];
+    top = std::max(top, L - B);
+    mag = std::max(mag, std::fabs(L) + B);
+  }
+}
+inline int64_t scan_tail_candidates(const float* out, const float* colabs, int64_t n0, int64_t N, float s, float F,
+                                    float thr, int32_t* cand, int64_t count, int64_t cap) {
+  for (int64_t n = n0; n < N; ++n) {
+    const float L = s * out[n], B = F * colabs[n];
+    if (L + B >= thr) {
+      if (count == cap) return cap + 1;
+      cand[count++] = (int32_t)n;
+    }
+  }
+  return count;
 }
 
 // Block kb of each of RN consecutive panels (pstride bytes apart), the blocks two further on prefetched.
@@ -1023,11 +1045,7 @@ int64_t approx_q8_candidates(const float* out, const float* colabs, int64_t N, f
     mag = _mm256_max_ps(mag, _mm256_add_ps(_mm256_and_ps(L, abs_mask), B));
   }
   float t = hmax8(top), m = hmax8(mag);
-  for (int64_t n = N8; n < N; ++n) {
-    const float L = s * out[n], B = F * colabs[n];
-    t = std::max(t, L - B);
-    m = std::max(m, std::fabs(L) + B);
-  }
+  scan_tail_extremes(out, colabs, N8, N, s, F, t, m);
   const float thr = approx_threshold(t, m);
   const __m256 vthr = _mm256_set1_ps(thr);
   int64_t count = 0;
@@ -1041,12 +1059,93 @@ int64_t approx_q8_candidates(const float* out, const float* colabs, int64_t N, f
       hit &= hit - 1;
     }
   }
-  for (int64_t n = N8; n < N; ++n)
-    if (s * out[n] + F * colabs[n] >= thr) {
-      if (count == cap) return cap + 1;
-      cand[count++] = (int32_t)n;
+  return scan_tail_candidates(out, colabs, N8, N, s, F, thr, cand, count, cap);
+}
+#elif defined(MSE_ISA_NEON)
+#define MSE_APPROX_TARGET
+#define MSE_APPROX_NEEDS_VNNI false
+// NEON has no pair dot product on int16, but SMLAL / SMLAL2 multiply int16 lanes into int32 lanes: a row pair of 16
+// columns (32 int8, widened to four int16x8: columns 4h..4h+3, each its (row 2p, row 2p + 1)) takes 8 of them per row,
+// each int32 lane summing one (column, row parity) over the block's 16 pairs; at the block's end ADDP joins each
+// column's two parities. The same int32 block sums (integer sums are exact in any order), the same fold
+// (d * float(sum) added in block order by FMLA): the same approximate logits as the x86 blocks. Checked under qemu by
+// the self-test's approx case (`make test-arm`); its speed is not measured (no Arm machine so far).
+
+// RM rows x RN panels, all K: 8 RM RN int32x4 sums + 4 weights + RM broadcasts <= 32 q registers.
+template <int RM, int RN>
+void approx_block(const int16_t* xq, int64_t K, const uint8_t* w, int64_t KB, float* out, int64_t ldo) {
+  const int64_t pstride = KB * kQ8Bytes;
+  for (int64_t kb = 0; kb < KB; ++kb) {
+    int32x4_t acc[RM][RN][8];
+    for (int i = 0; i < RM; ++i)
+      for (int j = 0; j < RN; ++j)
+        for (int e = 0; e < 8; ++e) acc[i][j][e] = vdupq_n_s32(0);
+    const uint8_t* blk[RN];
+    panel_blocks(w, pstride, kb, blk);
+    const int16_t* xk = xq + kb * kQBlock;
+    for (int p = 0; p < kQBlock / 2; ++p) {
+      int16x8_t x[RM];
+      for (int i = 0; i < RM; ++i) x[i] = vreinterpretq_s16_s32(vdupq_n_s32(xq_pair(xk + i * K + 2 * p)));
+      for (int j = 0; j < RN; ++j) {
+        const int8_t* src = reinterpret_cast<const int8_t*>(blk[j] + 64 + p * 32);
+        const int8x16_t b0 = vld1q_s8(src), b1 = vld1q_s8(src + 16);
+        const int16x8_t wv[4] = {vmovl_s8(vget_low_s8(b0)), vmovl_high_s8(b0), vmovl_s8(vget_low_s8(b1)),
+                                 vmovl_high_s8(b1)};
+        for (int i = 0; i < RM; ++i)
+          for (int h = 0; h < 4; ++h) {
+            acc[i][j][2 * h] = vmlal_s16(acc[i][j][2 * h], vget_low_s16(wv[h]), vget_low_s16(x[i]));
+            acc[i][j][2 * h + 1] = vmlal_high_s16(acc[i][j][2 * h + 1], wv[h], x[i]);
+          }
+      }
     }
-  return count;
+    for (int j = 0; j < RN; ++j)
+      for (int h = 0; h < 4; ++h) {
+        const float32x4_t d = vld1q_f32(reinterpret_cast<const float*>(blk[j]) + 4 * h);
+        for (int i = 0; i < RM; ++i) {
+          float* o = out + i * ldo + j * kLanes + 4 * h;
+          const float32x4_t f = kb == 0 ? vdupq_n_f32(0.0f) : vld1q_f32(o);
+          const int32x4_t sum = vpaddq_s32(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+          vst1q_f32(o, vfmaq_f32(f, d, vcvtq_f32_s32(sum)));
+        }
+      }
+  }
+}
+
+constexpr int kApproxRM = 3, kApproxRN = 3;
+int approx_panels(int rm) { return rm == 1 ? 3 : 1; }
+
+// The candidates of one row, as the x86 scans (the same fp32 operations per column), 4 columns per instruction and
+// the columns past the last multiple of 4 one by one.
+int64_t approx_q8_candidates(const float* out, const float* colabs, int64_t N, float s, float F, int32_t* cand,
+                             int64_t cap) {
+  const float32x4_t vs = vdupq_n_f32(s), vF = vdupq_n_f32(F);
+  float32x4_t top = vdupq_n_f32(-INFINITY), mag = vdupq_n_f32(0.0f);
+  const int64_t N4 = N / 4 * 4;
+  for (int64_t n = 0; n < N4; n += 4) {
+    const float32x4_t L = vmulq_f32(vs, vld1q_f32(out + n));
+    const float32x4_t B = vmulq_f32(vF, vld1q_f32(colabs + n));
+    top = vmaxq_f32(top, vsubq_f32(L, B));
+    mag = vmaxq_f32(mag, vaddq_f32(vabsq_f32(L), B));
+  }
+  float t = vmaxvq_f32(top), m = vmaxvq_f32(mag);
+  scan_tail_extremes(out, colabs, N4, N, s, F, t, m);
+  const float thr = approx_threshold(t, m);
+  const float32x4_t vthr = vdupq_n_f32(thr);
+  int64_t count = 0;
+  for (int64_t n = 0; n < N4; n += 4) {
+    const float32x4_t L = vmulq_f32(vs, vld1q_f32(out + n));
+    const float32x4_t B = vmulq_f32(vF, vld1q_f32(colabs + n));
+    const uint32x4_t hit = vcgeq_f32(vaddq_f32(L, B), vthr);
+    if (vmaxvq_u32(hit) == 0) continue;
+    uint32_t lanes[4];
+    vst1q_u32(lanes, hit);
+    for (int l = 0; l < 4; ++l)
+      if (lanes[l]) {
+        if (count == cap) return cap + 1;
+        cand[count++] = (int32_t)(n + l);
+      }
+  }
+  return scan_tail_candidates(out, colabs, N4, N, s, F, thr, cand, count, cap);
 }
 #endif
 

@@ -8,8 +8,8 @@
 //     MseKernelFeatures()       bit 0: the kernels run here (always, the generic path at least);
 //                               bit 1: bf16 natively (AVX512-BF16), bit 2: a SIMD path (not only generic)
 //     MseKernelIsa()            name of the path in use
-//     MseArgmaxQ8Fast()         1 when the path in use runs argmax.cc's greedy Q8 LM head fast (AVX2, or AVX-512
-//                               on a processor with AVX512-VNNI), else 0
+//     MseArgmaxQ8Fast()         1 when the path in use runs argmax.cc's greedy Q8 LM head fast (AVX2, NEON, or
+//                               AVX-512 on a processor with AVX512-VNNI), else 0
 //     MseKernelIsas(buf, n)     comma-separated names of the paths this processor can run, best first
 //     MseSelectIsa(name)        use that path from now on: 0, or 1 when it is unknown or cannot run here
 

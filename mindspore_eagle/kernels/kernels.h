@@ -120,7 +120,7 @@ struct IsaOps {
   void (*rmsnorm_rows)(const float* x, int64_t M, int64_t K, const float* w, float eps, float* a);
   void (*swiglu_rows)(const float* x, int64_t M, int64_t K, float* a);  // x [M, 2K] -> a [M, K]
   int (*attention)(const AttentionCall& c);
-  // AVX-512 and AVX2 (null on the other paths, where argmax.cc's portable loops serve): chunk `item` of an
+  // AVX-512, AVX2 and NEON (null on the portable path, where argmax.cc's portable loops serve): chunk `item` of an
   // ApproxQ8Job (run only where approx_q8_runs), and the candidates of one row of approximate logits (argmax.cc
   // states the rule and the bound F); approx_needs_vnni: the chunk uses AVX512-VNNI instructions (the AVX-512 paths).
   void (*approx_q8_chunk)(const ApproxQ8Job& job, int64_t item);
@@ -130,7 +130,7 @@ struct IsaOps {
 };
 
 // Whether the path in use computes ApproxQ8Job (its approx_q8_chunk is set and, where that chunk needs it, the
-// processor has AVX512-VNNI): the AVX2 path everywhere it runs, the AVX-512 paths on VNNI processors.
+// processor has AVX512-VNNI): the AVX2 and NEON paths everywhere they run, the AVX-512 paths on VNNI processors.
 bool approx_q8_runs();
 
 // The candidates' threshold of one row, shared by every scan (compute.cc's and argmax.cc's portable one): top - delta

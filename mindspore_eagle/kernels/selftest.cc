@@ -1,5 +1,6 @@
 // Kernel self-test: runs fixed cases (linear in fp32 and bf16 with every prologue, bias and residual; tree
-// attention with a tree mask) on every instruction-set path this processor runs, and prints one line per case
+// attention with a tree mask; the greedy Q8 head's approximate logits and candidates) on every instruction-set path
+// this processor runs, and prints one line per case
 // and path:
 //
 //     <case> <path> <FNV-1a 64 hash of the output's bits>
@@ -13,6 +14,7 @@
 //
 // Usage: mse_selftest [path ...]   (default: every path this processor runs)
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -24,6 +26,8 @@
 extern "C" {
 int MseKernelIsas(char* buf, int size);
 int MseSelectIsa(const char* name);
+void MseApproxQ8Check(int64_t M, int64_t K, int64_t N, const int16_t* xq, const uint8_t* pairs, const float* colabs,
+                      float F, float* out, int32_t* cand, int64_t* counts);
 }
 
 namespace {
@@ -192,6 +196,34 @@ std::vector<float> run_attention(int64_t T, int64_t L) {
   return out;
 }
 
+// The greedy Q8 head's approximate logits and candidates (argmax.cc's MseApproxQ8Check) for M rows: random pair
+// panels (fp32 d, int8 weights), int16 activations, positive column sums; N not a multiple of 4, 8 or 16, so every
+// scan's tail runs. The hash covers the logits, every row's candidates and their counts.
+uint64_t run_approx(int64_t M) {
+  const int64_t K = 96, N = 203, np = (N + 15) / 16, KB = K / 32;
+  Rng r{0xA5A5A5A5ull + (uint64_t)M};
+  std::vector<uint8_t> pairs((size_t)(np * KB * mse::kQ8Bytes));
+  for (int64_t b = 0; b < np * KB; ++b) {
+    uint8_t* blk = pairs.data() + b * mse::kQ8Bytes;
+    for (int j = 0; j < 16; ++j) {
+      const float d = r.uniform(1.0f / 1048576.0f);
+      std::memcpy(blk + 4 * j, &d, 4);
+    }
+    for (int64_t i = 64; i < mse::kQ8Bytes; ++i) blk[i] = (uint8_t)(int8_t)((int)(r.next() % 255) - 127);
+  }
+  std::vector<int16_t> xq((size_t)(M * K));
+  for (auto& v : xq) v = (int16_t)((int)(r.next() % 65535) - 32767);
+  std::vector<float> colabs((size_t)N);
+  for (auto& c : colabs) c = std::fabs(r.uniform(1.0f));
+  colabs[N - 1] = 1000.0f;  // a bound this wide makes the last column (in every scan's tail) a candidate
+  std::vector<float> out((size_t)(M * np * 16), -1.0f);
+  std::vector<int32_t> cand((size_t)(M * 64), -1);
+  std::vector<int64_t> counts((size_t)M, -1);
+  MseApproxQ8Check(M, K, N, xq.data(), pairs.data(), colabs.data(), 2.0f, out.data(), cand.data(), counts.data());
+  uint64_t h = fnv(out.data(), out.size() * 4) ^ (fnv(cand.data(), cand.size() * 4) * 31);
+  return h ^ (fnv(counts.data(), counts.size() * 8) * 131);
+}
+
 bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 
 }  // namespace
@@ -238,6 +270,8 @@ int main(int argc, char** argv) {
       const auto out = run_attention(T, 37);
       std::printf("att_T%lld %s %016llx\n", (long long)T, path.c_str(), (unsigned long long)fnv(out.data(), out.size() * 4));
     }
+    for (int64_t M : {1, 7})
+      std::printf("approx_q8_M%lld %s %016llx\n", (long long)M, path.c_str(), (unsigned long long)run_approx(M));
     std::printf("rows %s %s\n", path.c_str(), rows_ok ? "ok" : "FAIL");
     failures += rows_ok ? 0 : 1;
   }
