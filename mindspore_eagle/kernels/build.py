@@ -280,7 +280,9 @@ def setup_kernels() -> str:
     lib = status.library
     if lib is None:
         return f"custom kernels unavailable ({status.reason}); models use MindSpore's MatMul"
-    bf16 = "bfloat16 native (AVX512-BF16)" if lib.native_bf16 else "bfloat16 widened to float32 exactly"
+    # what the path in use does (MSE_KERNEL_ISA may select a path below the processor's best)
+    bf16 = ("bfloat16 native (AVX512-BF16)" if lib.native_bf16 and current_isa() == "avx512bf16"
+            else "bfloat16 widened to float32 exactly")
     greedy = ("greedy tokens of a Q8 LM head from int16 dots" if handle().MseArgmaxQ8Fast()
               else "greedy tokens from the logits")
     return (f"custom kernels ready: path {lib.isa} (this CPU runs {', '.join(lib.isas)}); float32, {bf16}; {greedy} "
