@@ -173,6 +173,18 @@ void approx_item(const void* ctx, int64_t item) {
   call.chunk(call.job, item);
 }
 
+// Step 2 for M rows into out [M, 16 np] on the kernel pool, by the path's blocks where they run (else the portable
+// loops); and the scan that finds a row's candidates on this path.
+void approximate(int64_t M, int64_t K, int64_t np, const int16_t* xq, const uint8_t* pairs, float* out) {
+  const ApproxCall call{{M, K, np, kChunkPanels, (np + kChunkPanels - 1) / kChunkPanels, xq, pairs, out},
+                        mse::approx_q8_runs() ? mse::isa().approx_q8_chunk : approx_portable};
+  mse::parallel_for(call.job.nchunks, approx_item, &call);
+}
+
+CandidateScan candidate_scan() {
+  return mse::isa().approx_q8_candidates ? mse::isa().approx_q8_candidates : candidates_portable;
+}
+
 // Steps 3-4 for row r: its candidates, then the largest exact logit among them (lowest index among equals).
 void pick_item(const void* ctx, int64_t r) {
   const ArgmaxJob& job = *static_cast<const ArgmaxJob*>(ctx);
@@ -265,14 +277,10 @@ int argmax_q8(int nparam, void** params, int* ndims, int64_t** shapes, const cha
 
   const int64_t ldo = np * kLanes;
   approx.resize((size_t)(Mp * ldo));
-  const ApproxCall call{{Mp, K, np, kChunkPanels, (np + kChunkPanels - 1) / kChunkPanels, xq.data(),
-                         static_cast<const uint8_t*>(params[2]), approx.data()},
-                        mse::approx_q8_runs() ? mse::isa().approx_q8_chunk : approx_portable};
-  mse::parallel_for(call.job.nchunks, approx_item, &call);
+  approximate(Mp, K, np, xq.data(), static_cast<const uint8_t*>(params[2]), approx.data());
   cand.resize((size_t)(Mp * kMaxCandidates));
-  const CandidateScan scan = mse::isa().approx_q8_candidates ? mse::isa().approx_q8_candidates : candidates_portable;
   ArgmaxJob pick{K, KB, N, ldo, a, approx.data(), static_cast<const float*>(params[3]), q8, plans.data(),
-                 cand.data(), scan};
+                 cand.data(), candidate_scan()};
   mse::parallel_for(Mp, pick_item, &pick);
 
   int64_t fallbacks = 0;
@@ -327,10 +335,8 @@ void MseArgmaxQ8Stats(int64_t* out, int reset) {
 void MseApproxQ8Check(int64_t M, int64_t K, int64_t N, const int16_t* xq, const uint8_t* pairs, const float* colabs,
                       float F, float* out, int32_t* cand, int64_t* counts) {
   const int64_t np = (N + kLanes - 1) / kLanes, ldo = np * kLanes;
-  const ApproxCall call{{M, K, np, kChunkPanels, (np + kChunkPanels - 1) / kChunkPanels, xq, pairs, out},
-                        mse::approx_q8_runs() ? mse::isa().approx_q8_chunk : approx_portable};
-  mse::parallel_for(call.job.nchunks, approx_item, &call);
-  const CandidateScan scan = mse::isa().approx_q8_candidates ? mse::isa().approx_q8_candidates : candidates_portable;
+  approximate(M, K, np, xq, pairs, out);
+  const CandidateScan scan = candidate_scan();
   for (int64_t i = 0; i < M; ++i) counts[i] = scan(out + i * ldo, colabs, N, 1.0f, F, cand + i * kMaxCandidates,
                                                    kMaxCandidates);
 }
