@@ -981,43 +981,30 @@ int64_t approx_q8_candidates(const float* out, const float* colabs, int64_t N, f
 // AVX-512 blocks: the same approximate logits. |xq| <= 32767 and |q| <= 127 keep a block's 32 products far from
 // int32's range, as there.
 
-// RM rows x RN panels, all K: the int32 sums of one 32-row block in registers (2 RM RN ymm), folded into out with
-// the block's d; per row pair the RM broadcasts stay in registers and each panel's weights are loaded once for the
-// RM rows. 2 RM RN + RM + 2 <= 16 ymm.
-template <int RM, int RN>
-void approx_block(const int16_t* xq, int64_t K, const uint8_t* w, int64_t KB, float* out, int64_t ldo) {
-  const int64_t pstride = KB * kQ8Bytes;
-  for (int64_t kb = 0; kb < KB; ++kb) {
-    __m256i acc[RM][RN][2];
-    for (int i = 0; i < RM; ++i)
-      for (int j = 0; j < RN; ++j) acc[i][j][0] = acc[i][j][1] = _mm256_setzero_si256();
-    const uint8_t* blk[RN];
-    panel_blocks(w, pstride, kb, blk);
-    const int16_t* xk = xq + kb * kQBlock;
-    for (int p = 0; p < kQBlock / 2; ++p) {
-      __m256i x[RM];
-      for (int i = 0; i < RM; ++i) x[i] = _mm256_set1_epi32(xq_pair(xk + i * K + 2 * p));
-      for (int j = 0; j < RN; ++j) {
-        const uint8_t* src = blk[j] + 64 + p * 32;
-        const __m256i lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
-        const __m256i hi = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16)));
-        for (int i = 0; i < RM; ++i) {
-          acc[i][j][0] = _mm256_add_epi32(acc[i][j][0], _mm256_madd_epi16(lo, x[i]));
-          acc[i][j][1] = _mm256_add_epi32(acc[i][j][1], _mm256_madd_epi16(hi, x[i]));
-        }
-      }
-    }
-    for (int j = 0; j < RN; ++j)
-      for (int h = 0; h < 2; ++h) {
-        const __m256 d = _mm256_loadu_ps(reinterpret_cast<const float*>(blk[j]) + 8 * h);
-        for (int i = 0; i < RM; ++i) {
-          float* o = out + i * ldo + j * kLanes + 8 * h;
-          const __m256 f = kb == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(o);
-          _mm256_storeu_ps(o, _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(acc[i][j][h]), f));
-        }
-      }
+// A panel's 16 columns as two ymm of int32 sums (lanes 0-7, 8-15); one row pair's weights widened to two int16 ymm.
+// Register blocks (approx_block below): 2 RM RN sums + RM broadcasts + 2 weights <= 16 ymm.
+struct ApproxIsa {
+  static constexpr int kAcc = 2, kW = 2;
+  using Acc = __m256i;
+  using W = __m256i;
+  using X = __m256i;
+  static Acc zero() { return _mm256_setzero_si256(); }
+  static X broadcast(int32_t pair) { return _mm256_set1_epi32(pair); }
+  static void widen(const uint8_t* src, W w[kW]) {
+    w[0] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+    w[1] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16)));
   }
-}
+  static void mac(Acc acc[kAcc], const W w[kW], X x) {
+    for (int h = 0; h < 2; ++h) acc[h] = _mm256_add_epi32(acc[h], _mm256_madd_epi16(w[h], x));
+  }
+  // o[0..15] = d[0..15] * float(sums) + (first ? 0 : o[0..15]), one rounding per lane
+  static void fold(const Acc acc[kAcc], const float* d, float* o, bool first) {
+    for (int h = 0; h < 2; ++h) {
+      const __m256 f = first ? _mm256_setzero_ps() : _mm256_loadu_ps(o + 8 * h);
+      _mm256_storeu_ps(o + 8 * h, _mm256_fmadd_ps(_mm256_loadu_ps(d + 8 * h), _mm256_cvtepi32_ps(acc[h]), f));
+    }
+  }
+};
 
 constexpr int kApproxRM = 4, kApproxRN = 4;
 int approx_panels(int rm) { return rm == 1 ? 4 : rm == 2 ? 2 : 1; }
@@ -1071,45 +1058,37 @@ int64_t approx_q8_candidates(const float* out, const float* colabs, int64_t N, f
 // (d * float(sum) added in block order by FMLA): the same approximate logits as the x86 blocks. Checked under qemu by
 // the self-test's approx case (`make test-arm`); its speed is not measured (no Arm machine so far).
 
-// RM rows x RN panels, all K: 8 RM RN int32x4 sums + 4 weights + RM broadcasts <= 32 q registers.
-template <int RM, int RN>
-void approx_block(const int16_t* xq, int64_t K, const uint8_t* w, int64_t KB, float* out, int64_t ldo) {
-  const int64_t pstride = KB * kQ8Bytes;
-  for (int64_t kb = 0; kb < KB; ++kb) {
-    int32x4_t acc[RM][RN][8];
-    for (int i = 0; i < RM; ++i)
-      for (int j = 0; j < RN; ++j)
-        for (int e = 0; e < 8; ++e) acc[i][j][e] = vdupq_n_s32(0);
-    const uint8_t* blk[RN];
-    panel_blocks(w, pstride, kb, blk);
-    const int16_t* xk = xq + kb * kQBlock;
-    for (int p = 0; p < kQBlock / 2; ++p) {
-      int16x8_t x[RM];
-      for (int i = 0; i < RM; ++i) x[i] = vreinterpretq_s16_s32(vdupq_n_s32(xq_pair(xk + i * K + 2 * p)));
-      for (int j = 0; j < RN; ++j) {
-        const int8_t* src = reinterpret_cast<const int8_t*>(blk[j] + 64 + p * 32);
-        const int8x16_t b0 = vld1q_s8(src), b1 = vld1q_s8(src + 16);
-        const int16x8_t wv[4] = {vmovl_s8(vget_low_s8(b0)), vmovl_high_s8(b0), vmovl_s8(vget_low_s8(b1)),
-                                 vmovl_high_s8(b1)};
-        for (int i = 0; i < RM; ++i)
-          for (int h = 0; h < 4; ++h) {
-            acc[i][j][2 * h] = vmlal_s16(acc[i][j][2 * h], vget_low_s16(wv[h]), vget_low_s16(x[i]));
-            acc[i][j][2 * h + 1] = vmlal_high_s16(acc[i][j][2 * h + 1], wv[h], x[i]);
-          }
-      }
-    }
-    for (int j = 0; j < RN; ++j)
-      for (int h = 0; h < 4; ++h) {
-        const float32x4_t d = vld1q_f32(reinterpret_cast<const float*>(blk[j]) + 4 * h);
-        for (int i = 0; i < RM; ++i) {
-          float* o = out + i * ldo + j * kLanes + 4 * h;
-          const float32x4_t f = kb == 0 ? vdupq_n_f32(0.0f) : vld1q_f32(o);
-          const int32x4_t sum = vpaddq_s32(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
-          vst1q_f32(o, vfmaq_f32(f, d, vcvtq_f32_s32(sum)));
-        }
-      }
+// A panel's 16 columns as eight int32x4 sums, lane pairs (column, row parity): sums 2h and 2h + 1 hold columns
+// 4h..4h+3; one row pair's weights widened to four int16x8 (columns 4h..4h+3, each its two rows).
+// Register blocks (approx_block below): 8 RM RN sums + 4 weights + RM broadcasts <= 32 q registers.
+struct ApproxIsa {
+  static constexpr int kAcc = 8, kW = 4;
+  using Acc = int32x4_t;
+  using W = int16x8_t;
+  using X = int16x8_t;
+  static Acc zero() { return vdupq_n_s32(0); }
+  static X broadcast(int32_t pair) { return vreinterpretq_s16_s32(vdupq_n_s32(pair)); }
+  static void widen(const uint8_t* src, W w[kW]) {
+    const int8x16_t b0 = vld1q_s8(reinterpret_cast<const int8_t*>(src));
+    const int8x16_t b1 = vld1q_s8(reinterpret_cast<const int8_t*>(src + 16));
+    w[0] = vmovl_s8(vget_low_s8(b0)), w[1] = vmovl_high_s8(b0), w[2] = vmovl_s8(vget_low_s8(b1));
+    w[3] = vmovl_high_s8(b1);
   }
-}
+  static void mac(Acc acc[kAcc], const W w[kW], X x) {
+    for (int h = 0; h < 4; ++h) {
+      acc[2 * h] = vmlal_s16(acc[2 * h], vget_low_s16(w[h]), vget_low_s16(x));
+      acc[2 * h + 1] = vmlal_high_s16(acc[2 * h + 1], w[h], x);
+    }
+  }
+  // ADDP joins each column's two parities; o[0..15] = d[0..15] * float(sums) + (first ? 0 : o[0..15])
+  static void fold(const Acc acc[kAcc], const float* d, float* o, bool first) {
+    for (int h = 0; h < 4; ++h) {
+      const float32x4_t f = first ? vdupq_n_f32(0.0f) : vld1q_f32(o + 4 * h);
+      const int32x4_t sum = vpaddq_s32(acc[2 * h], acc[2 * h + 1]);
+      vst1q_f32(o + 4 * h, vfmaq_f32(f, vld1q_f32(d + 4 * h), vcvtq_f32_s32(sum)));
+    }
+  }
+};
 
 constexpr int kApproxRM = 3, kApproxRN = 3;
 int approx_panels(int rm) { return rm == 1 ? 3 : 1; }
@@ -1146,6 +1125,38 @@ int64_t approx_q8_candidates(const float* out, const float* colabs, int64_t N, f
       }
   }
   return scan_tail_candidates(out, colabs, N4, N, s, F, thr, cand, count, cap);
+}
+#endif
+
+#if defined(MSE_ISA_AVX2) || defined(MSE_ISA_NEON)
+// RM rows x RN panels, all K, on the path's ApproxIsa: one 32-row block's int32 sums in registers, folded into out
+// with the block's d (out holds the fp32 sums between blocks: the AVX-512 blocks' registers do not fit here); per row
+// pair the RM broadcasts stay in registers and each panel's weights are widened once for the RM rows.
+template <int RM, int RN>
+void approx_block(const int16_t* xq, int64_t K, const uint8_t* w, int64_t KB, float* out, int64_t ldo) {
+  using I = ApproxIsa;
+  const int64_t pstride = KB * kQ8Bytes;
+  for (int64_t kb = 0; kb < KB; ++kb) {
+    I::Acc acc[RM][RN][I::kAcc];
+    for (int i = 0; i < RM; ++i)
+      for (int j = 0; j < RN; ++j)
+        for (int e = 0; e < I::kAcc; ++e) acc[i][j][e] = I::zero();
+    const uint8_t* blk[RN];
+    panel_blocks(w, pstride, kb, blk);
+    const int16_t* xk = xq + kb * kQBlock;
+    for (int p = 0; p < kQBlock / 2; ++p) {
+      I::X x[RM];
+      for (int i = 0; i < RM; ++i) x[i] = I::broadcast(xq_pair(xk + i * K + 2 * p));
+      for (int j = 0; j < RN; ++j) {
+        I::W wv[I::kW];
+        I::widen(blk[j] + 64 + p * 32, wv);
+        for (int i = 0; i < RM; ++i) I::mac(acc[i][j], wv, x[i]);
+      }
+    }
+    for (int j = 0; j < RN; ++j)
+      for (int i = 0; i < RM; ++i)
+        I::fold(acc[i][j], reinterpret_cast<const float*>(blk[j]), out + i * ldo + j * kLanes, kb == 0);
+  }
 }
 #endif
 
