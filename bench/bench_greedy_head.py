@@ -1,14 +1,14 @@
 """The greedy Q8 head on vs off, side by side in one run: the default teacher and drafting built twice through the
-one builder, ``greedy_output="auto"`` (the token from kernels/argmax.cc where the head is fast: the AVX2 path, an
-AVX-512 path on a processor with AVX512-VNNI; ``MSE_KERNEL_ISA=avx2`` selects the AVX2 path on an AVX-512 machine)
-and ``"logits"`` (every logit, ``np.argmax`` on the host), each prompt run greedy and speculative on both, the order
+one builder, ``greedy_output="auto"`` (the token from kernels/argmax.cc where the head is fast: every SIMD path;
+``MSE_KERNEL_ISA=avx2`` selects the AVX2 path on an AVX-512 machine, ``--no-vnni`` the AVX512-BW blocks a processor
+without AVX512-VNNI takes) and ``"logits"`` (every logit, ``np.argmax`` on the host), each prompt run greedy and speculative on both, the order
 alternating from prompt to prompt. Both must give the same tokens (the head is exact); the ratios say what it buys.
 With ``--concurrency C`` the same for the batch engine (``serving``): every prompt through two batch stacks
 (the serving drafting), C requests in flight, speculation off and on, the stacks alternating per round.
 Last stdout line: one JSON object.
 
     GLOG_v=3 python bench/bench_greedy_head.py [--prompts FILE|evalset:N] [--max-new-tokens 128]
-        [--concurrency C --rounds R]
+        [--concurrency C --rounds R] [--no-vnni]
 """
 
 from __future__ import annotations
@@ -34,7 +34,11 @@ def main(argv=None) -> int:
     ap.add_argument("--max-cache-len", type=int, default=1024)
     ap.add_argument("--concurrency", type=int, default=0, help="batch engine with C requests in flight (0: single)")
     ap.add_argument("--rounds", type=int, default=2, help="batch mode: rounds, each stack once per round and mode")
+    ap.add_argument("--no-vnni", action="store_true",
+                    help="the AVX-512 paths' AVX512-BW blocks instead of their VNNI ones (as on Skylake-SP)")
     args = ap.parse_args(argv)
+    if args.no_vnni:
+        kernel_build.approx_vnni(False)
     if args.concurrency:
         return batch_ab(args)
     stacks = {kind: build(None, RuntimeConfig(max_cache_len=args.max_cache_len, greedy_output=kind))
@@ -60,8 +64,8 @@ def main(argv=None) -> int:
               f"{b.spec.tok_s:7.2f} (head / logits)", file=sys.stderr, flush=True)
     summary = {kind: summarize(r) for kind, r in results.items()}
     out = {"name": "greedy_q8_head_ab", "machine": platform.processor() or platform.machine(),
-           "kernel_path": kernel_build.current_isa(), "prompts": len(ids), "max_new_tokens": args.max_new_tokens,
-           "same_tokens_all_four": f"{same}/{len(ids)}",
+           "kernel_path": kernel_build.current_isa(), "vnni_blocks": kernel_build.approx_vnni(not args.no_vnni),
+           "prompts": len(ids), "max_new_tokens": args.max_new_tokens, "same_tokens_all_four": f"{same}/{len(ids)}",
            "greedy_tok_s": {k: v["tok_s_greedy"] for k, v in summary.items()},
            "spec_tok_s": {k: v["tok_s_spec"] for k, v in summary.items()},
            "tau": {k: v["tau"] for k, v in summary.items()},
@@ -101,7 +105,8 @@ def batch_ab(args) -> int:
     ref = tokens[("logits", False)]
     same = {f"{k}_{'spec' if spec else 'off'}": sum(a == b for a, b in zip(t, ref)) for (k, spec), t in tokens.items()}
     med = {f"{k}_{'spec' if spec else 'off'}": round(statistics.median(v), 2) for (k, spec), v in tok_s.items()}
-    out = {"name": "greedy_q8_head_batch_ab", "kernel_path": kernel_build.current_isa(), "prompts": len(ids),
+    out = {"name": "greedy_q8_head_batch_ab", "kernel_path": kernel_build.current_isa(),
+           "vnni_blocks": kernel_build.approx_vnni(not args.no_vnni), "prompts": len(ids),
            "concurrency": c, "rounds": args.rounds, "max_new_tokens": args.max_new_tokens, "tok_s_median": med,
            "same_tokens_as_logits_off": same,
            "off_ratio": round(med["auto_off"] / med["logits_off"], 3),

@@ -3,7 +3,8 @@ the exact Q8 kernel's logits: on an adversarial near-tie that the int16 rounding
 (the lowest index), on random rows of many scales and row counts, on the default teacher's own forwards, whatever
 else is in the call; rows it cannot bound fall back to the exact kernel; the pair layout holds the q8 panels'
 weights; the column sums never undercut the exact ones. The head is fast on the AVX2 path (VPMADDWD blocks), the
-NEON path (SMLAL blocks) and the AVX-512 paths of a VNNI processor, and the teacher takes it there; on the portable
+NEON path (SMLAL blocks) and the AVX-512 paths (VPDPWSSD blocks with VNNI, VPMADDWD ones without), and the teacher
+takes it there; on the portable
 path it is not used and the teacher keeps its logits path, the head's portable loops giving the same tokens (and
 the same approximate logits bit for bit on every path: the kernel self-test's approx cases, test_kernel_isa.py).
 The token tests run on every path of this file's code that the machine runs (``each_greedy_path``: the path in use,
@@ -61,16 +62,22 @@ def tokens_and_logits(head: LinearKernel, greedy: GreedyQ8HeadKernel, x: np.ndar
 
 
 def each_greedy_path():
-    """Select in turn every kernel path with its own greedy-head code that this processor runs -- the path in use,
-    avx2 (its VPMADDWD blocks) when the path in use is above it, generic (argmax.cc's portable loops) -- yielding its
-    name; the path in use is selected again at the end."""
+    """Select in turn every kernel path with its own greedy-head code that this processor runs -- the path in use
+    (on an AVX-512 processor with VNNI: its VNNI blocks, then its AVX512-BW ones as "<path>/bw", those a processor
+    without VNNI takes), avx2 (its VPMADDWD blocks) when the path in use is above it, generic (argmax.cc's portable
+    loops) -- yielding its name; the path in use and its blocks are selected again at the end."""
     before = build.current_isa()
     runs = kernel_status("float32").library.isas
     try:
         for path in [before] + [p for p in ("avx2", "generic") if p in runs and p != before]:
             build.select_isa(path)
             yield path
+            if build.approx_vnni(True):
+                build.approx_vnni(False)
+                yield f"{path}/bw"
+                build.approx_vnni(True)
     finally:
+        build.approx_vnni(True)
         build.select_isa(before)
 
 
@@ -247,16 +254,15 @@ def test_rows_it_cannot_bound_take_the_exact_kernel():
 
 
 def test_the_teacher_takes_the_greedy_head_where_it_is_fast_and_keeps_logits_on_the_portable_path():
-    """On every path this machine runs: where the head is fast (always on AVX2 and NEON; on AVX-512 with VNNI) the
-    default teacher's greedy output is the head's token, np.argmax of its logits on a prompt chunk, a tree and a
-    decode step; where it is not (the portable path) the load keeps the logits path. The compiled-graph cache key tells
-    the two apart (the path name alone can agree: AVX-512 with and without VNNI)."""
+    """On every path this machine runs: where the head is fast (every SIMD path: AVX-512 with or without VNNI, AVX2,
+    NEON) the default teacher's greedy output is the head's token, np.argmax of its logits on a prompt chunk, a tree
+    and a decode step; where it is not (the portable path) the load keeps the logits path. The compiled-graph cache
+    key tells the two apart."""
     require_kernel("float32")
     keys, in_use = {}, build.current_isa()
     for path in each_greedy_path():
         fast = greedy_head.fast_here()
-        assert fast or path != "avx2"
-        assert not fast or path != "generic"
+        assert fast == (path != "generic"), path
         teacher = Teacher.load(default_model_or_skip(), RuntimeConfig(max_cache_len=128))
         assert teacher.weights == "native" and teacher.cell.greedy_head_ready == fast, path
         assert teacher.greedy_output == (ARGMAX if fast else LOGITS), path
@@ -266,7 +272,7 @@ def test_the_teacher_takes_the_greedy_head_where_it_is_fast_and_keeps_logits_on_
             greedy_head.stats(reset=True)
             assert_greedy_forwards_give_argmax(teacher, ids, (16, 8, 1))
             assert greedy_head.stats()["rows"] == 25, path
-    assert keys[True] != keys[False]  # both kinds ran: avx2 / neon are fast, generic is not
+    assert keys[True] != keys[False]  # both kinds ran: the SIMD paths are fast, generic is not
 
 
 def test_an_untied_q8_output_head_gives_the_argmax_of_its_logits_and_the_same_generation(tmp_path):

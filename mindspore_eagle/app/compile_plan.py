@@ -78,8 +78,8 @@ def _head_growth(head) -> Callable[[], None]:
 
 def key_parts(teacher, model_dir: str, head_dir: str | None, drafting, **extra) -> dict:
     """What the graphs depend on besides the plan's labels: MindSpore, this package's code, the kernel library and
-    path, the greedy output (the greedy Q8 head's graph where it is fast: the AVX2 and NEON paths, an AVX-512 path
-    on a processor with AVX512-VNNI, whatever the path's name), the model's and head's content, the runtime, compute and
+    path, the greedy output (the greedy Q8 head's graph where it is fast: every SIMD path, AVX-512 with or without
+    VNNI, AVX2 and NEON), the model's and head's content, the runtime, compute and
     drafting configs, and ``extra`` (the batch engine's slots)."""
     import mindspore
 

@@ -22,7 +22,7 @@ visible rows only, with the same batch invariance.
                   DecoderLayerKernel (a teacher layer's five kernels as one op), DecoderStackKernel (every layer
                   of the teacher as one op)
     greedy_head.py  GreedyQ8HeadKernel (argmax.cc: a Q8 LM head's greedy token from int16 dot products and a
-                  rigorous bound, exact; taken by the teacher where it is fast: AVX2, NEON, AVX-512 with VNNI)
+                  rigorous bound, exact; taken by the teacher where it is fast: AVX-512, AVX2, NEON)
     row_ops.py    RowTopKKernel (rows.cc: greedy token, finite flag and top-k of logits rows in one pass; the
                   training data's teacher forward)
 """

@@ -176,8 +176,9 @@ void approx_item(const void* ctx, int64_t item) {
 // Step 2 for M rows into out [M, 16 np] on the kernel pool, by the path's blocks where they run (else the portable
 // loops); and the scan that finds a row's candidates on this path.
 void approximate(int64_t M, int64_t K, int64_t np, const int16_t* xq, const uint8_t* pairs, float* out) {
+  const mse::ApproxChunkFn chunk = mse::approx_q8_chunk();
   const ApproxCall call{{M, K, np, kChunkPanels, (np + kChunkPanels - 1) / kChunkPanels, xq, pairs, out},
-                        mse::approx_q8_runs() ? mse::isa().approx_q8_chunk : approx_portable};
+                        chunk ? chunk : approx_portable};
   mse::parallel_for(call.job.nchunks, approx_item, &call);
 }
 

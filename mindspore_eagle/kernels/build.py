@@ -239,6 +239,14 @@ def select_isa(name: str) -> None:
         raise ConfigError(f"kernel path {name!r} cannot run on this processor (it runs {status.library.isas})")
 
 
+def approx_vnni(allowed: bool) -> bool:
+    """Let the AVX-512 paths run the greedy Q8 head's AVX512-VNNI blocks (the default, where the processor has them)
+    or not (their AVX512-BW blocks, which a processor without VNNI takes: tests and benchmarks compare the two in one
+    process); returns whether the path in use now runs VNNI blocks."""
+    lib = handle()
+    return lib is not None and bool(lib.MseApproxVnni(int(bool(allowed))))
+
+
 def current_isa() -> str:
     """The path the kernels use now in this process."""
     lib = handle()

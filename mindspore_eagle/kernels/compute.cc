@@ -859,9 +859,11 @@ int attention(const AttentionCall& c) {
 // AVX512-VNNI's VPDPWSSD adds two int16 x int16 products per int32 lane, so one instruction per row covers two K rows
 // of 16 columns where the exact kernel spends one fma per K row plus the weights' rebuild (3 + M instructions per K
 // row against (1 + M) / 2 here). Compiled into the AVX-512 paths with a function-level target, run only where the
-// processor has VNNI (approx_q8_runs). Nothing here needs to match another path's bits: argmax.cc's bound covers
-// any order of these sums. AVX2 (below) does the same with VPMADDWD, NEON with SMLAL. Each path has its own register
-// blocks and scan; the table of blocks and the chunk that runs them come after them.
+// processor has VNNI (isa.cc's approx_q8_chunk); an AVX-512 processor without it (Skylake-SP) takes the same blocks
+// with VPMADDWD + VPADDD (AVX512-BW), two instructions. Nothing here needs to match another path's bits: argmax.cc's
+// bound covers any order of these sums (and every path's sums are the same exact integers, folded alike). AVX2
+// (below) does the same with VPMADDWD, NEON with SMLAL. Each path has its own register blocks and scan; the table of
+// blocks and the chunk that runs them come after them.
 #if defined(MSE_ISA_AVX512) || defined(MSE_ISA_AVX2) || defined(MSE_ISA_NEON)
 inline int32_t xq_pair(const int16_t* p) {
   int32_t v;
@@ -902,13 +904,22 @@ inline void panel_blocks(const uint8_t* w, int64_t pstride, int64_t kb, const ui
 #endif
 
 #if defined(MSE_ISA_AVX512)
-#define MSE_APPROX_TARGET __attribute__((target("avx512vnni")))
-#define MSE_APPROX_NEEDS_VNNI true
+#define MSE_APPROX_VNNI
+
+// How a row pair's int16 products reach the int32 sums: one VPDPWSSD (AVX512-VNNI) or VPMADDWD + VPADDD (AVX512-BW,
+// every processor of these paths). The same exact sums.
+struct DotVnni {
+  __attribute__((target("avx512vnni"))) static __m512i mac(__m512i acc, __m512i w, __m512i x) {
+    return _mm512_dpwssd_epi32(acc, w, x);
+  }
+};
+struct DotBw {
+  static __m512i mac(__m512i acc, __m512i w, __m512i x) { return _mm512_add_epi32(acc, _mm512_madd_epi16(w, x)); }
+};
 
 // RM rows x RN panels, all K: acc (int32) per 32-row block, folded into f (fp32) with the block's d.
-template <int RM, int RN>
-MSE_APPROX_TARGET void approx_block(const int16_t* xq, int64_t K, const uint8_t* w, int64_t KB, float* out,
-                                    int64_t ldo) {
+template <class Dot, int RM, int RN>
+inline void approx_block_zmm(const int16_t* xq, int64_t K, const uint8_t* w, int64_t KB, float* out, int64_t ldo) {
   __m512 f[RM][RN];
   for (int i = 0; i < RM; ++i)
     for (int j = 0; j < RN; ++j) f[i][j] = _mm512_setzero_ps();
@@ -926,7 +937,7 @@ MSE_APPROX_TARGET void approx_block(const int16_t* xq, int64_t K, const uint8_t*
         wv[j] = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[j] + 64 + p * 32)));
       for (int i = 0; i < RM; ++i) {
         const __m512i x = _mm512_set1_epi32(xq_pair(xk + i * K + 2 * p));
-        for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_dpwssd_epi32(acc[i][j], wv[j], x);
+        for (int j = 0; j < RN; ++j) acc[i][j] = Dot::mac(acc[i][j], wv[j], x);
       }
     }
     for (int j = 0; j < RN; ++j) {
@@ -937,6 +948,23 @@ MSE_APPROX_TARGET void approx_block(const int16_t* xq, int64_t K, const uint8_t*
   for (int i = 0; i < RM; ++i)
     for (int j = 0; j < RN; ++j) _mm512_storeu_ps(out + i * ldo + j * kLanes, f[i][j]);
 }
+
+// The two families of blocks. flatten inlines the body and its Dot::mac into each entry, compiled with the entry's
+// target: VPDPWSSD only in the VNNI entries (the body alone cannot take it, its target lacks VNNI).
+struct ApproxBlocks {
+  template <int RM, int RN>
+  __attribute__((flatten)) static void block(const int16_t* xq, int64_t K, const uint8_t* w, int64_t KB, float* out,
+                                             int64_t ldo) {
+    approx_block_zmm<DotBw, RM, RN>(xq, K, w, KB, out, ldo);
+  }
+};
+struct ApproxBlocksVnni {
+  template <int RM, int RN>
+  __attribute__((target("avx512vnni"), flatten)) static void block(const int16_t* xq, int64_t K, const uint8_t* w,
+                                                                   int64_t KB, float* out, int64_t ldo) {
+    approx_block_zmm<DotVnni, RM, RN>(xq, K, w, KB, out, ldo);
+  }
+};
 
 // Register blocks: 2 RM RN accumulators (int32 and fp32) + RN weights + 1 broadcast <= 32 zmm.
 constexpr int kApproxRM = 4, kApproxRN = 8;
@@ -972,8 +1000,6 @@ int64_t approx_q8_candidates(const float* out, const float* colabs, int64_t N, f
   return count;
 }
 #elif defined(MSE_ISA_AVX2)
-#define MSE_APPROX_TARGET
-#define MSE_APPROX_NEEDS_VNNI false
 // AVX2 has no VPDPWSSD, but VPMADDWD multiplies the same int16 pairs into int32 lanes (then one VPADDD): a panel's
 // 16 columns take two ymm halves, so two K rows of one row cost 2 + 2 instructions plus the weights' two widening
 // loads, shared by the rows of the block, where the exact kernel rebuilds each K row's 16 weights in 6 and adds 2
@@ -982,7 +1008,7 @@ int64_t approx_q8_candidates(const float* out, const float* colabs, int64_t N, f
 // int32's range, as there.
 
 // A panel's 16 columns as two ymm of int32 sums (lanes 0-7, 8-15); one row pair's weights widened to two int16 ymm.
-// Register blocks (approx_block below): 2 RM RN sums + RM broadcasts + 2 weights <= 16 ymm.
+// Register blocks (ApproxBlocks below): 2 RM RN sums + RM broadcasts + 2 weights <= 16 ymm.
 struct ApproxIsa {
   static constexpr int kAcc = 2, kW = 2;
   using Acc = __m256i;
@@ -1049,8 +1075,6 @@ int64_t approx_q8_candidates(const float* out, const float* colabs, int64_t N, f
   return scan_tail_candidates(out, colabs, N8, N, s, F, thr, cand, count, cap);
 }
 #elif defined(MSE_ISA_NEON)
-#define MSE_APPROX_TARGET
-#define MSE_APPROX_NEEDS_VNNI false
 // NEON has no pair dot product on int16, but SMLAL / SMLAL2 multiply int16 lanes into int32 lanes: a row pair of 16
 // columns (32 int8, widened to four int16x8: columns 4h..4h+3, each its (row 2p, row 2p + 1)) takes 8 of them per row,
 // each int32 lane summing one (column, row parity) over the block's 16 pairs; at the block's end ADDP joins each
@@ -1060,7 +1084,7 @@ int64_t approx_q8_candidates(const float* out, const float* colabs, int64_t N, f
 
 // A panel's 16 columns as eight int32x4 sums, lane pairs (column, row parity): sums 2h and 2h + 1 hold columns
 // 4h..4h+3; one row pair's weights widened to four int16x8 (columns 4h..4h+3, each its two rows).
-// Register blocks (approx_block below): 8 RM RN sums + 4 weights + RM broadcasts <= 32 q registers.
+// Register blocks (ApproxBlocks below): 8 RM RN sums + 4 weights + RM broadcasts <= 32 q registers.
 struct ApproxIsa {
   static constexpr int kAcc = 8, kW = 4;
   using Acc = int32x4_t;
@@ -1132,64 +1156,74 @@ int64_t approx_q8_candidates(const float* out, const float* colabs, int64_t N, f
 // RM rows x RN panels, all K, on the path's ApproxIsa: one 32-row block's int32 sums in registers, folded into out
 // with the block's d (out holds the fp32 sums between blocks: the AVX-512 blocks' registers do not fit here); per row
 // pair the RM broadcasts stay in registers and each panel's weights are widened once for the RM rows.
-template <int RM, int RN>
-void approx_block(const int16_t* xq, int64_t K, const uint8_t* w, int64_t KB, float* out, int64_t ldo) {
-  using I = ApproxIsa;
-  const int64_t pstride = KB * kQ8Bytes;
-  for (int64_t kb = 0; kb < KB; ++kb) {
-    I::Acc acc[RM][RN][I::kAcc];
-    for (int i = 0; i < RM; ++i)
-      for (int j = 0; j < RN; ++j)
-        for (int e = 0; e < I::kAcc; ++e) acc[i][j][e] = I::zero();
-    const uint8_t* blk[RN];
-    panel_blocks(w, pstride, kb, blk);
-    const int16_t* xk = xq + kb * kQBlock;
-    for (int p = 0; p < kQBlock / 2; ++p) {
-      I::X x[RM];
-      for (int i = 0; i < RM; ++i) x[i] = I::broadcast(xq_pair(xk + i * K + 2 * p));
-      for (int j = 0; j < RN; ++j) {
-        I::W wv[I::kW];
-        I::widen(blk[j] + 64 + p * 32, wv);
-        for (int i = 0; i < RM; ++i) I::mac(acc[i][j], wv, x[i]);
-      }
-    }
-    for (int j = 0; j < RN; ++j)
+struct ApproxBlocks {
+  template <int RM, int RN>
+  static void block(const int16_t* xq, int64_t K, const uint8_t* w, int64_t KB, float* out, int64_t ldo) {
+    using I = ApproxIsa;
+    const int64_t pstride = KB * kQ8Bytes;
+    for (int64_t kb = 0; kb < KB; ++kb) {
+      I::Acc acc[RM][RN][I::kAcc];
       for (int i = 0; i < RM; ++i)
-        I::fold(acc[i][j], reinterpret_cast<const float*>(blk[j]), out + i * ldo + j * kLanes, kb == 0);
+        for (int j = 0; j < RN; ++j)
+          for (int e = 0; e < I::kAcc; ++e) acc[i][j][e] = I::zero();
+      const uint8_t* blk[RN];
+      panel_blocks(w, pstride, kb, blk);
+      const int16_t* xk = xq + kb * kQBlock;
+      for (int p = 0; p < kQBlock / 2; ++p) {
+        I::X x[RM];
+        for (int i = 0; i < RM; ++i) x[i] = I::broadcast(xq_pair(xk + i * K + 2 * p));
+        for (int j = 0; j < RN; ++j) {
+          I::W wv[I::kW];
+          I::widen(blk[j] + 64 + p * 32, wv);
+          for (int i = 0; i < RM; ++i) I::mac(acc[i][j], wv, x[i]);
+        }
+      }
+      for (int j = 0; j < RN; ++j)
+        for (int i = 0; i < RM; ++i)
+          I::fold(acc[i][j], reinterpret_cast<const float*>(blk[j]), out + i * ldo + j * kLanes, kb == 0);
+    }
   }
-}
+};
 #endif
 
-#if defined(MSE_APPROX_TARGET)
+#if defined(MSE_ISA_AVX512) || defined(MSE_ISA_AVX2) || defined(MSE_ISA_NEON)
 using ApproxBlock = void (*)(const int16_t*, int64_t, const uint8_t*, int64_t, float*, int64_t);
-template <int RM, int... RNs>
+using ApproxTable = std::array<std::array<ApproxBlock, kApproxRN>, kApproxRM>;
+template <class Blocks, int RM, int... RNs>
 constexpr std::array<ApproxBlock, sizeof...(RNs)> approx_row(std::integer_sequence<int, RNs...>) {
-  return {&approx_block<RM, RNs + 1>...};
+  return {&Blocks::template block<RM, RNs + 1>...};
 }
-template <int... RMs>
-constexpr std::array<std::array<ApproxBlock, kApproxRN>, sizeof...(RMs)> approx_table(
-    std::integer_sequence<int, RMs...>) {
-  return {approx_row<RMs + 1>(std::make_integer_sequence<int, kApproxRN>{})...};
+template <class Blocks, int... RMs>
+constexpr ApproxTable approx_table(std::integer_sequence<int, RMs...>) {
+  return {approx_row<Blocks, RMs + 1>(std::make_integer_sequence<int, kApproxRN>{})...};
 }
-const auto kApprox = approx_table(std::make_integer_sequence<int, kApproxRM>{});
 
 // Up to kApproxRM rows: one register block, as wide as its rows allow. More: every row block takes a group of
 // approx_panels(kApproxRM) panels in turn, so that the group's weights (~31 KB on AVX-512, ~10 KB on AVX2) are read
 // from L1 after the first.
-MSE_APPROX_TARGET void approx_q8_chunk(const ApproxQ8Job& c, int64_t item) {
+void approx_chunk_with(const ApproxTable& blocks, const ApproxQ8Job& c, int64_t item) {
   const int64_t p0 = item * c.chunk, p1 = std::min(c.np, p0 + c.chunk), KB = c.K / kQBlock, ldo = c.np * kLanes;
   const int G = approx_panels((int)std::min<int64_t>(kApproxRM, c.M));
   for (int64_t p = p0; p < p1; p += G) {
     const int rn = (int)std::min<int64_t>(G, p1 - p);
     for (int64_t m0 = 0; m0 < c.M; m0 += kApproxRM) {
       const int rm = (int)std::min<int64_t>(kApproxRM, c.M - m0);
-      kApprox[rm - 1][rn - 1](c.xq + m0 * c.K, c.K, c.w + p * KB * kQ8Bytes, KB, c.out + m0 * ldo + p * kLanes, ldo);
+      blocks[rm - 1][rn - 1](c.xq + m0 * c.K, c.K, c.w + p * KB * kQ8Bytes, KB, c.out + m0 * ldo + p * kLanes, ldo);
     }
   }
 }
-#define MSE_APPROX_OPS approx_q8_chunk, approx_q8_candidates, MSE_APPROX_NEEDS_VNNI
+
+const ApproxTable kApprox = approx_table<ApproxBlocks>(std::make_integer_sequence<int, kApproxRM>{});
+void approx_q8_chunk(const ApproxQ8Job& c, int64_t item) { approx_chunk_with(kApprox, c, item); }
+#if defined(MSE_APPROX_VNNI)
+const ApproxTable kApproxVnni = approx_table<ApproxBlocksVnni>(std::make_integer_sequence<int, kApproxRM>{});
+void approx_q8_chunk_vnni(const ApproxQ8Job& c, int64_t item) { approx_chunk_with(kApproxVnni, c, item); }
+#define MSE_APPROX_OPS approx_q8_chunk, approx_q8_candidates, approx_q8_chunk_vnni
 #else
-#define MSE_APPROX_OPS nullptr, nullptr, false
+#define MSE_APPROX_OPS approx_q8_chunk, approx_q8_candidates, nullptr
+#endif
+#else
+#define MSE_APPROX_OPS nullptr, nullptr, nullptr
 #endif
 
 }  // namespace

@@ -2,12 +2,11 @@
 entry points.
 
 Why: a greedy forward (decoding, tree verification, batched decoding) reads one number per row of the LM head's
-49,152 logits, its argmax. On the AVX2 and NEON paths, and on an AVX-512 path where the processor has AVX512-VNNI,
-argmax.cc finds that token from int16 activations and a rigorous bound, then computes only the few candidate columns
+49,152 logits, its argmax. On every SIMD path (AVX-512 -- VPDPWSSD blocks where the processor has AVX512-VNNI,
+VPMADDWD ones where it does not --, AVX2, NEON), argmax.cc finds that token from int16 activations and a rigorous bound, then computes only the few candidate columns
 exactly: the token of ``np.argmax`` over the exact kernel's logits, bit for bit the same choice, at a fraction of the
 head's instructions (numerics and the bound in argmax.cc; measured in docs/kernels.md). The kernel computes the same
-tokens on every path (portable loops on the others -- the portable path, AVX-512 without VNNI -- exact but slow:
-tests use them), and the teacher takes it only where it is fast (``fast_here``); elsewhere greedy forwards keep the
+tokens on every path (portable loops on the portable path, exact but slow: tests use them), and the teacher takes it only where it is fast (``fast_here``); elsewhere greedy forwards keep the
 logits path.
 """
 
@@ -25,8 +24,8 @@ from .ops import LinearKernel, kernel_status
 
 
 def fast_here() -> bool:
-    """Whether the kernel path in use computes the greedy Q8 head fast (the AVX2 and NEON paths; an AVX-512 path on a
-    processor with VNNI).
+    """Whether the kernel path in use computes the greedy Q8 head fast (every SIMD path: AVX-512, AVX2, NEON; not the
+    portable one).
     Asked at each call: tests and ``MSE_KERNEL_ISA`` may select another path."""
     lib = build.handle()
     return lib is not None and bool(lib.MseArgmaxQ8Fast())

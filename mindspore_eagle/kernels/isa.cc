@@ -8,8 +8,11 @@
 //     MseKernelFeatures()       bit 0: the kernels run here (always, the generic path at least);
 //                               bit 1: bf16 natively (AVX512-BF16), bit 2: a SIMD path (not only generic)
 //     MseKernelIsa()            name of the path in use
-//     MseArgmaxQ8Fast()         1 when the path in use runs argmax.cc's greedy Q8 LM head fast (AVX2, NEON, or
-//                               AVX-512 on a processor with AVX512-VNNI), else 0
+//     MseArgmaxQ8Fast()         1 when the path in use runs argmax.cc's greedy Q8 LM head fast (AVX-512, AVX2,
+//                               NEON), else 0 (the portable path)
+//     MseApproxVnni(allowed)    whether the AVX-512 paths may use their AVX512-VNNI blocks for that head (default
+//                               yes, where the processor has them; tests turn them off to run the AVX512-BW ones);
+//                               returns 1 when the path in use now runs VNNI blocks
 //     MseKernelIsas(buf, n)     comma-separated names of the paths this processor can run, best first
 //     MseSelectIsa(name)        use that path from now on: 0, or 1 when it is unknown or cannot run here
 
@@ -92,16 +95,23 @@ const IsaOps& isa() {
   return *g_current;
 }
 
-bool approx_q8_runs() {
-  const IsaOps& ops = isa();
-  if (ops.approx_q8_chunk == nullptr) return false;
-  if (!ops.approx_needs_vnni) return true;
+namespace {
+bool g_vnni_allowed = true;  // MseApproxVnni
+
+bool has_vnni() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512vnni");
 #else
   return false;
 #endif
+}
+}  // namespace
+
+ApproxChunkFn approx_q8_chunk() {
+  const IsaOps& ops = isa();
+  if (ops.approx_q8_chunk_vnni != nullptr && g_vnni_allowed && has_vnni()) return ops.approx_q8_chunk_vnni;
+  return ops.approx_q8_chunk;
 }
 
 }  // namespace mse
@@ -117,7 +127,13 @@ int MseKernelFeatures() {
 
 const char* MseKernelIsa() { return mse::isa().name; }
 
-int MseArgmaxQ8Fast() { return mse::approx_q8_runs() ? 1 : 0; }
+int MseArgmaxQ8Fast() { return mse::approx_q8_chunk() != nullptr ? 1 : 0; }
+
+int MseApproxVnni(int allowed) {
+  mse::g_vnni_allowed = allowed != 0;
+  const mse::IsaOps& ops = mse::isa();
+  return ops.approx_q8_chunk_vnni != nullptr && mse::approx_q8_chunk() == ops.approx_q8_chunk_vnni;
+}
 
 int MseKernelIsas(char* buf, int size) {
   std::string names;

@@ -121,17 +121,19 @@ struct IsaOps {
   void (*swiglu_rows)(const float* x, int64_t M, int64_t K, float* a);  // x [M, 2K] -> a [M, K]
   int (*attention)(const AttentionCall& c);
   // AVX-512, AVX2 and NEON (null on the portable path, where argmax.cc's portable loops serve): chunk `item` of an
-  // ApproxQ8Job (run only where approx_q8_runs), and the candidates of one row of approximate logits (argmax.cc
-  // states the rule and the bound F); approx_needs_vnni: the chunk uses AVX512-VNNI instructions (the AVX-512 paths).
+  // ApproxQ8Job on every processor of the path, and the candidates of one row of approximate logits (argmax.cc
+  // states the rule and the bound F); approx_q8_chunk_vnni: the same chunk with AVX512-VNNI instructions (the
+  // AVX-512 paths; null elsewhere), run only where the processor has them. Both give the same sums.
   void (*approx_q8_chunk)(const ApproxQ8Job& job, int64_t item);
   int64_t (*approx_q8_candidates)(const float* out, const float* colabs, int64_t N, float s, float F, int32_t* cand,
                                   int64_t cap);
-  bool approx_needs_vnni;
+  void (*approx_q8_chunk_vnni)(const ApproxQ8Job& job, int64_t item);
 };
 
-// Whether the path in use computes ApproxQ8Job (its approx_q8_chunk is set and, where that chunk needs it, the
-// processor has AVX512-VNNI): the AVX2 and NEON paths everywhere they run, the AVX-512 paths on VNNI processors.
-bool approx_q8_runs();
+// The ApproxQ8Job chunk of the path in use (isa.cc): its VNNI one where the processor has AVX512-VNNI and
+// MseApproxVnni has not turned it off, else its baseline one; null on the portable path.
+using ApproxChunkFn = void (*)(const ApproxQ8Job& job, int64_t item);
+ApproxChunkFn approx_q8_chunk();
 
 // The candidates' threshold of one row, shared by every scan (compute.cc's and argmax.cc's portable one): top - delta
 // rounded down to fp32, top the largest fp32 L_n - B_n, mag the largest |L_n| + B_n, delta = 4.04 u mag (u = 2^-24),

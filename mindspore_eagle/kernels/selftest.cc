@@ -5,6 +5,8 @@
 //
 //     <case> <path> <FNV-1a 64 hash of the output's bits>
 //
+// (an AVX-512 path that runs the greedy head's AVX512-VNNI blocks also prints its approx cases as "<path>/bw",
+// through the AVX512-BW blocks a processor without VNNI takes)
 // plus one line per path, "rows <path> ok|FAIL", for batch invariance: every row of a multi-row call must equal
 // the same row computed alone, and per quantized case "exact_<case> <path> ok|FAIL": the Q4 / Q8 kernel equals,
 // bit for bit, the fp32 kernel on the weights dequantized as the GGUF converter does ((d * q) + m in float32). Inputs come from a fixed integer generator whose floats are exact (k / 2^23),
@@ -26,6 +28,7 @@
 extern "C" {
 int MseKernelIsas(char* buf, int size);
 int MseSelectIsa(const char* name);
+int MseApproxVnni(int allowed);
 void MseApproxQ8Check(int64_t M, int64_t K, int64_t N, const int16_t* xq, const uint8_t* pairs, const float* colabs,
                       float F, float* out, int32_t* cand, int64_t* counts);
 }
@@ -272,6 +275,12 @@ int main(int argc, char** argv) {
     }
     for (int64_t M : {1, 7})
       std::printf("approx_q8_M%lld %s %016llx\n", (long long)M, path.c_str(), (unsigned long long)run_approx(M));
+    if (MseApproxVnni(0) == 0 && MseApproxVnni(1) == 1) {  // the path ran its VNNI blocks: its AVX512-BW ones too
+      MseApproxVnni(0);
+      for (int64_t M : {1, 7})
+        std::printf("approx_q8_M%lld %s/bw %016llx\n", (long long)M, path.c_str(), (unsigned long long)run_approx(M));
+      MseApproxVnni(1);
+    }
     std::printf("rows %s %s\n", path.c_str(), rows_ok ? "ok" : "FAIL");
     failures += rows_ok ? 0 : 1;
   }

@@ -117,7 +117,7 @@ class PanguForCausalLM(nn.Cell):
         # every layer fused (they are alike): the whole stack, embedding and RoPE rows included, runs as one op
         self.stacked = all(layer.fused for layer in self.model.layers) and len(self.aux_ids) > 0
         # the greedy token without the logits (kernels.greedy_head), set by after_pack where it is fast: a native Q8
-        # LM head without bias on an AVX512-VNNI processor
+        # LM head without bias on a SIMD kernel path
         self.greedy_head_ready = False
         if self.stacked:
             self.stack = DecoderStackKernel(matmul.dtype, cfg.qkv_bias, cfg.o_bias, cfg.rms_norm_eps, self.aux_ids)
