@@ -1,11 +1,11 @@
 """The greedy Q8 head on vs off, side by side in one run: the default teacher and drafting built twice through the
 one builder, ``greedy_output="auto"`` (the token from kernels/argmax.cc where the head is fast: every SIMD path;
 ``MSE_KERNEL_ISA=avx2`` selects the AVX2 path on an AVX-512 machine, ``--no-vnni`` the AVX512-BW blocks a processor
-without AVX512-VNNI takes) and ``"logits"`` (every logit, ``np.argmax`` on the host), each prompt run greedy and speculative on both, the order
-alternating from prompt to prompt. Both must give the same tokens (the head is exact); the ratios say what it buys.
-With ``--concurrency C`` the same for the batch engine (``serving``): every prompt through two batch stacks
-(the serving drafting), C requests in flight, speculation off and on, the stacks alternating per round.
-Last stdout line: one JSON object.
+without AVX512-VNNI takes) and ``"logits"`` (every logit, ``np.argmax`` on the host), each prompt run greedy and
+speculative on both, the order alternating from prompt to prompt. Both must give the same tokens (the head is
+exact); the ratios say what it buys. With ``--concurrency C`` the same for the batch engine (``serving``): every
+prompt through two batch stacks (the serving drafting), C requests in flight, speculation off and on, the stacks
+alternating per round. Last stdout line: one JSON object.
 
     GLOG_v=3 python bench/bench_greedy_head.py [--prompts FILE|evalset:N] [--max-new-tokens 128]
         [--concurrency C --rounds R] [--no-vnni]

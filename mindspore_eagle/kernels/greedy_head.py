@@ -3,11 +3,12 @@ entry points.
 
 Why: a greedy forward (decoding, tree verification, batched decoding) reads one number per row of the LM head's
 49,152 logits, its argmax. On every SIMD path (AVX-512 -- VPDPWSSD blocks where the processor has AVX512-VNNI,
-VPMADDWD ones where it does not --, AVX2, NEON), argmax.cc finds that token from int16 activations and a rigorous bound, then computes only the few candidate columns
-exactly: the token of ``np.argmax`` over the exact kernel's logits, bit for bit the same choice, at a fraction of the
-head's instructions (numerics and the bound in argmax.cc; measured in docs/kernels.md). The kernel computes the same
-tokens on every path (portable loops on the portable path, exact but slow: tests use them), and the teacher takes it only where it is fast (``fast_here``); elsewhere greedy forwards keep the
-logits path.
+VPMADDWD ones where it does not --, AVX2, NEON), argmax.cc finds that token from int16 activations and a rigorous
+bound, then computes only the few candidate columns exactly: the token of ``np.argmax`` over the exact kernel's
+logits, bit for bit the same choice, at a fraction of the head's instructions (numerics and the bound in argmax.cc;
+measured in docs/kernels.md). The kernel computes the same tokens on every path (portable loops on the portable
+path, exact but slow: tests use them), and the teacher takes it only where it is fast (``fast_here``); elsewhere
+greedy forwards keep the logits path.
 """
 
 from __future__ import annotations
