@@ -89,6 +89,28 @@ def test_quantized_rows_give_the_same_bits_through_the_wide_block_and_the_l1_sla
         assert ("MSE_WIDE_Q_ROWS=9 is not a row count" in proc.stderr) == (avx512 and rows == "9"), proc.stderr
 
 
+def test_setup_names_the_blocks_that_compute_the_greedy_head_on_the_path_in_use():
+    """``mindspore-eagle setup``'s line says which integer blocks compute the greedy Q8 head: VNNI or AVX512-BW on
+    the AVX-512 paths (as the processor and ``approx_vnni`` allow), AVX2 / NEON on theirs, none on the portable path
+    (the logits); every path this machine runs, the path in use restored."""
+    lib, before = build.load().library, build.current_isa()
+    want = {"avx2": "(AVX2)", "neon": "(NEON)", "generic": "greedy tokens from the logits"}
+    seen = set()
+    try:
+        for path in lib.isas:
+            build.select_isa(path)
+            for vnni in ((True, False) if path.startswith("avx512") else (True,)):
+                build.approx_vnni(vnni)
+                expected = want.get(path) or ("(AVX512-VNNI)" if vnni and "avx512_vnni" in cpu_flags()
+                                              else "(AVX512-BW)")
+                assert expected in build.setup_kernels(), (path, vnni, build.setup_kernels())
+                seen.add(expected)
+    finally:
+        build.approx_vnni(True)
+        build.select_isa(before)
+    assert "greedy tokens from the logits" in seen and len(seen) >= 2, seen
+
+
 def test_an_unknown_or_unavailable_path_is_refused():
     from mindspore_eagle.errors import ConfigError
 

@@ -239,12 +239,12 @@ def select_isa(name: str) -> None:
         raise ConfigError(f"kernel path {name!r} cannot run on this processor (it runs {status.library.isas})")
 
 
-def approx_vnni(allowed: bool) -> bool:
+def approx_vnni(allowed: bool | None = None) -> bool:
     """Let the AVX-512 paths run the greedy Q8 head's AVX512-VNNI blocks (the default, where the processor has them)
     or not (their AVX512-BW blocks, which a processor without VNNI takes: tests and benchmarks compare the two in one
-    process); returns whether the path in use now runs VNNI blocks."""
+    process); None changes nothing. Returns whether the path in use now runs VNNI blocks."""
     lib = handle()
-    return lib is not None and bool(lib.MseApproxVnni(int(bool(allowed))))
+    return lib is not None and bool(lib.MseApproxVnni(-1 if allowed is None else int(bool(allowed))))
 
 
 def current_isa() -> str:
@@ -291,8 +291,11 @@ def setup_kernels() -> str:
     # what the path in use does (MSE_KERNEL_ISA may select a path below the processor's best)
     bf16 = ("bfloat16 native (AVX512-BF16)" if lib.native_bf16 and current_isa() == "avx512bf16"
             else "bfloat16 widened to float32 exactly")
-    greedy = ("greedy tokens of a Q8 LM head from int16 dots" if handle().MseArgmaxQ8Fast()
-              else "greedy tokens from the logits")
+    greedy = "greedy tokens from the logits"
+    if handle().MseArgmaxQ8Fast():
+        path = current_isa()
+        blocks = {"avx2": "AVX2", "neon": "NEON"}.get(path) or ("AVX512-VNNI" if approx_vnni() else "AVX512-BW")
+        greedy = f"greedy tokens of a Q8 LM head from int16 dots ({blocks})"
     return (f"custom kernels ready: path {lib.isa} (this CPU runs {', '.join(lib.isas)}); float32, {bf16}; {greedy} "
             f"({lib.path})")
 

@@ -11,8 +11,8 @@
 //     MseArgmaxQ8Fast()         1 when the path in use runs argmax.cc's greedy Q8 LM head fast (AVX-512, AVX2,
 //                               NEON), else 0 (the portable path)
 //     MseApproxVnni(allowed)    whether the AVX-512 paths may use their AVX512-VNNI blocks for that head (default
-//                               yes, where the processor has them; tests turn them off to run the AVX512-BW ones);
-//                               returns 1 when the path in use now runs VNNI blocks
+//                               yes, where the processor has them; tests turn them off to run the AVX512-BW ones;
+//                               -1 changes nothing); returns 1 when the path in use now runs VNNI blocks
 //     MseKernelIsas(buf, n)     comma-separated names of the paths this processor can run, best first
 //     MseSelectIsa(name)        use that path from now on: 0, or 1 when it is unknown or cannot run here
 
@@ -130,7 +130,7 @@ const char* MseKernelIsa() { return mse::isa().name; }
 int MseArgmaxQ8Fast() { return mse::approx_q8_chunk() != nullptr ? 1 : 0; }
 
 int MseApproxVnni(int allowed) {
-  mse::g_vnni_allowed = allowed != 0;
+  if (allowed >= 0) mse::g_vnni_allowed = allowed != 0;
   const mse::IsaOps& ops = mse::isa();
   return ops.approx_q8_chunk_vnni != nullptr && mse::approx_q8_chunk() == ops.approx_q8_chunk_vnni;
 }
