@@ -111,6 +111,32 @@ def test_setup_names_the_blocks_that_compute_the_greedy_head_on_the_path_in_use(
     assert "greedy tokens from the logits" in seen and len(seen) >= 2, seen
 
 
+def test_the_avx512_bw_greedy_blocks_hold_no_vnni_instruction():
+    """An AVX-512 processor without VNNI (Skylake-SP) runs the AVX-512 paths' ``ApproxBlocks``; one VNNI instruction
+    there would kill the process (SIGILL), and the machines this suite runs on have VNNI or no AVX-512, so running
+    them cannot tell. The library's own code is read instead (objdump, part of the binutils the build links with):
+    every AVX-512 path's BW entries hold VPMADDWD and no VPDPWSSD, its VNNI entries VPDPWSSD. compute.cc relies on
+    ``flatten`` to compile the shared body under each entry's target."""
+    lib = build.load().library
+    out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", lib.path], capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    ops: dict[str, set[str]] = {}
+    fn = None
+    for line in out.splitlines():
+        if line.endswith(">:"):
+            fn = line[line.index("<") + 1:-2]
+        elif fn and ("ApproxBlocks" in fn) and "\t" in line:
+            ops.setdefault(fn, set()).add(line.split("\t")[-1].split()[0])
+    bw = {f: o for f, o in ops.items() if "ApproxBlocks5block" in f and "avx512" in f}
+    vnni = {f: o for f, o in ops.items() if "ApproxBlocksVnni5block" in f}
+    if not X86:
+        assert not bw and not vnni, sorted(ops)  # no AVX-512 path in an AArch64 build
+        return
+    assert len(bw) >= 2 * 32 and len(vnni) >= 2 * 32, (len(bw), len(vnni))  # 4 x 8 blocks, both AVX-512 paths
+    assert all("vpmaddwd" in o and "vpdpwssd" not in o for o in bw.values())
+    assert all("vpdpwssd" in o for o in vnni.values())
+
+
 def test_an_unknown_or_unavailable_path_is_refused():
     from mindspore_eagle.errors import ConfigError
 
