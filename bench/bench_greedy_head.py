@@ -64,7 +64,7 @@ def main(argv=None) -> int:
               f"{b.spec.tok_s:7.2f} (head / logits)", file=sys.stderr, flush=True)
     summary = {kind: summarize(r) for kind, r in results.items()}
     out = {"name": "greedy_q8_head_ab", "machine": platform.processor() or platform.machine(),
-           "kernel_path": kernel_build.current_isa(), "vnni_blocks": kernel_build.approx_vnni(not args.no_vnni),
+           "kernel_path": kernel_build.current_isa(), "vnni_blocks": kernel_build.approx_vnni(),
            "prompts": len(ids), "max_new_tokens": args.max_new_tokens, "same_tokens_all_four": f"{same}/{len(ids)}",
            "greedy_tok_s": {k: v["tok_s_greedy"] for k, v in summary.items()},
            "spec_tok_s": {k: v["tok_s_spec"] for k, v in summary.items()},
@@ -106,7 +106,7 @@ def batch_ab(args) -> int:
     same = {f"{k}_{'spec' if spec else 'off'}": sum(a == b for a, b in zip(t, ref)) for (k, spec), t in tokens.items()}
     med = {f"{k}_{'spec' if spec else 'off'}": round(statistics.median(v), 2) for (k, spec), v in tok_s.items()}
     out = {"name": "greedy_q8_head_batch_ab", "kernel_path": kernel_build.current_isa(),
-           "vnni_blocks": kernel_build.approx_vnni(not args.no_vnni), "prompts": len(ids),
+           "vnni_blocks": kernel_build.approx_vnni(), "prompts": len(ids),
            "concurrency": c, "rounds": args.rounds, "max_new_tokens": args.max_new_tokens, "tok_s_median": med,
            "same_tokens_as_logits_off": same,
            "off_ratio": round(med["auto_off"] / med["logits_off"], 3),

@@ -72,7 +72,7 @@ def each_greedy_path():
         for path in [before] + [p for p in ("avx2", "generic") if p in runs and p != before]:
             build.select_isa(path)
             yield path
-            if build.approx_vnni(True):
+            if build.approx_vnni():  # VNNI blocks in use: the BW ones too
                 build.approx_vnni(False)
                 yield f"{path}/bw"
                 build.approx_vnni(True)

@@ -289,11 +289,11 @@ def setup_kernels() -> str:
     if lib is None:
         return f"custom kernels unavailable ({status.reason}); models use MindSpore's MatMul"
     # what the path in use does (MSE_KERNEL_ISA may select a path below the processor's best)
-    bf16 = ("bfloat16 native (AVX512-BF16)" if lib.native_bf16 and current_isa() == "avx512bf16"
+    path = current_isa()
+    bf16 = ("bfloat16 native (AVX512-BF16)" if lib.native_bf16 and path == "avx512bf16"
             else "bfloat16 widened to float32 exactly")
     greedy = "greedy tokens from the logits"
     if handle().MseArgmaxQ8Fast():
-        path = current_isa()
         blocks = {"avx2": "AVX2", "neon": "NEON"}.get(path) or ("AVX512-VNNI" if approx_vnni() else "AVX512-BW")
         greedy = f"greedy tokens of a Q8 LM head from int16 dots ({blocks})"
     return (f"custom kernels ready: path {lib.isa} (this CPU runs {', '.join(lib.isas)}); float32, {bf16}; {greedy} "

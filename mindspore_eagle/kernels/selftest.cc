@@ -273,14 +273,16 @@ int main(int argc, char** argv) {
       const auto out = run_attention(T, 37);
       std::printf("att_T%lld %s %016llx\n", (long long)T, path.c_str(), (unsigned long long)fnv(out.data(), out.size() * 4));
     }
-    for (int64_t M : {1, 7})
-      std::printf("approx_q8_M%lld %s %016llx\n", (long long)M, path.c_str(), (unsigned long long)run_approx(M));
-    if (MseApproxVnni(0) == 0 && MseApproxVnni(1) == 1) {  // the path ran its VNNI blocks: its AVX512-BW ones too
-      MseApproxVnni(0);
+    // the path's greedy-head blocks; where they are its VNNI ones, its AVX512-BW ones too ("<path>/bw")
+    const bool vnni = MseApproxVnni(-1) == 1;
+    for (const bool bw : {false, true}) {
+      if (bw && !vnni) break;
+      MseApproxVnni(bw ? 0 : 1);
       for (int64_t M : {1, 7})
-        std::printf("approx_q8_M%lld %s/bw %016llx\n", (long long)M, path.c_str(), (unsigned long long)run_approx(M));
-      MseApproxVnni(1);
+        std::printf("approx_q8_M%lld %s%s %016llx\n", (long long)M, path.c_str(), bw ? "/bw" : "",
+                    (unsigned long long)run_approx(M));
     }
+    MseApproxVnni(1);
     std::printf("rows %s %s\n", path.c_str(), rows_ok ? "ok" : "FAIL");
     failures += rows_ok ? 0 : 1;
   }
