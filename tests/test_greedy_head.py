@@ -7,6 +7,8 @@ NEON path (SMLAL blocks) and the AVX-512 paths (VPDPWSSD blocks with VNNI, VPMAD
 takes it there; on the portable
 path it is not used and the teacher keeps its logits path, the head's portable loops giving the same tokens (and
 the same approximate logits bit for bit on every path: the kernel self-test's approx cases, test_kernel_isa.py).
+A dense fp32 head takes it through a Q8 copy of its weights whose error the bound adds: numpy's token on a near-tie
+the copy ranks wrongly, on random fp32 weights and on the dense default teacher, whose copy is exact.
 The token tests run on every path of this file's code that the machine runs (``each_greedy_path``: the path in use,
 AVX2 below an AVX-512 path, the portable loops), so no machine skips a branch it can run."""
 
@@ -20,7 +22,8 @@ from mindspore_eagle.app.compile_plan import key_parts
 from mindspore_eagle.errors import ConfigError
 from mindspore_eagle.kernels import LinearKernel, build, greedy_head
 from mindspore_eagle.kernels.greedy_head import GreedyQ8HeadKernel
-from mindspore_eagle.kernels.layout import gguf_fields, pack_quantized, q8_column_abs_sums, q8_pair_panels
+from mindspore_eagle.kernels.layout import (dequantize_fields, gguf_fields, pack_f32, pack_quantized,
+                                            q8_column_abs_sums, q8_copy_of_f32, q8_pair_panels)
 from mindspore_eagle.kernels.ops import kernel_status
 from mindspore_eagle.runtime import RuntimeConfig
 from mindspore_eagle.teacher import ARGMAX, LOGITS, Teacher
@@ -130,12 +133,12 @@ def test_pair_panels_hold_the_q8_panels_weights_and_column_sums_never_undercut()
     assert (np.nextafter(sums, np.float32(-np.inf)).astype(np.float64) < exact).all()  # the smallest such fp32
 
 
-def test_a_head_that_is_not_a_packed_q8_lm_head_is_refused_by_name():
+def test_a_head_that_is_not_a_packed_q8_or_fp32_lm_head_is_refused_by_name():
     require_kernel("float32")
-    dense = LinearKernel(64, 20, "float32", transposed=True, norm_eps=1e-6)
-    dense.pack(np.ones((20, 64), np.float32))
-    with pytest.raises(ConfigError, match="needs a packed Q8 LM head without bias.*'float32'"):
-        GreedyQ8HeadKernel(dense)
+    half = LinearKernel(64, 20, "bfloat16", transposed=True, norm_eps=1e-6)
+    half.pack(np.ones((20, 64), np.float32))
+    with pytest.raises(ConfigError, match="needs a packed Q8 or fp32 LM head without bias.*'bfloat16'"):
+        GreedyQ8HeadKernel(half)
     biased = LinearKernel(64, 20, "float32", bias=True, transposed=True)
     assert biased.pack_native([("Q8_0", q8_rows(np.full((20, 2), 0.5, np.float32), np.ones((20, 64), np.int8)))])
     with pytest.raises(ConfigError, match="bias=True"):
@@ -196,6 +199,10 @@ def test_columns_equal_in_exact_arithmetic_are_told_apart_by_the_kernels_own_rou
         logits = plain(xt, None, None, None, None).asnumpy()
         tok = GreedyQ8HeadKernel(plain)(xt, plain.packed_weight).asnumpy()
         assert np.array_equal(tok, np.argmax(logits, -1)) and len(set(tok[0].tolist())) > 3
+        # the same weights as a dense fp32 head: its candidates' logits by the fp32 kernel's chain
+        dense = dense_head(np.float32(np.float16(0.0123)) * q.astype(np.float32))
+        tok, logits = tokens_and_logits(dense, GreedyQ8HeadKernel(dense), x)
+        assert np.array_equal(tok, np.argmax(logits, -1)) and len(set(tok[0].tolist())) > 3
 
 
 def test_exact_ties_give_the_lowest_index_and_random_rows_numpys_token_at_any_row_count():
@@ -251,6 +258,119 @@ def test_rows_it_cannot_bound_take_the_exact_kernel():
         tok, logits = tokens_and_logits(head, greedy, x)
         assert np.array_equal(tok, np.argmax(logits, -1))
         assert greedy_head.stats()["fallbacks"] == 2, path  # rows 1 and 2
+
+
+def dense_head(w: np.ndarray, tied: bool = True) -> LinearKernel:
+    """An fp32 LM head kernel of weights ``w [N, K]`` (tied: transposed, RMSNorm prologue)."""
+    n, k = w.shape
+    head = LinearKernel(k, n, "float32", transposed=True, norm_eps=1e-6 if tied else None)
+    head.pack(w.astype(np.float32))
+    assert head.format == "float32"
+    return head
+
+
+def test_a_dense_heads_q8_copy_is_exact_on_q8_values_and_its_error_bound_never_undercuts():
+    """The Q8 copy of an fp32 head (layout.q8_copy_of_f32): weights that are Q8 values already (a dequantized GGUF
+    Q8_0 head) come back as the same blocks with zero error; other weights get an error norm and column sums that
+    are never below the exact ones (fp64 from the literal weights)."""
+    rng = np.random.default_rng(11)
+    n, k = 37, 96
+    d, q = random_blocks(rng, n, k)
+    q[:, ::32] = 127  # GGUF's Q8_0 gives each block's largest weight |q| = 127
+    dequant = dequantize_fields(d, np.zeros_like(d), q, "q8")  # [N, K] fp32
+    q8, colabs, dnorm = q8_copy_of_f32(pack_f32(dequant, transposed=True), n)
+    assert np.array_equal(q8, pack_quantized(d, np.zeros_like(d), q, "q8")) and not dnorm.any()
+    assert np.array_equal(colabs, q8_column_abs_sums(q8, n))
+    w = rng.standard_normal((n, k)).astype(np.float32) * rng.uniform(0.01, 3, (n, 1)).astype(np.float32)
+    q8, colabs, dnorm = q8_copy_of_f32(pack_f32(w, transposed=True), n)
+    assert q8.shape == (3, k // 32, 576) and colabs.shape == dnorm.shape == (n,)
+    for a, b in zip((q8, colabs, dnorm), q8_copy_of_f32(pack_f32(w, transposed=True), n, chunk_panels=1)):
+        assert np.array_equal(a, b)  # a panel at a time: the same copy
+    body = q8[..., 64:].view(np.int8).reshape(q8.shape[0], k // 32, 32, 16)  # [np, KB, 32, 16]
+    scale = np.ascontiguousarray(q8[..., :64]).view(np.float32).reshape(q8.shape[0], k // 32, 16)
+    copy = (scale[:, :, None, :].astype(np.float64) * body).transpose(0, 3, 1, 2).reshape(-1, k)[:n]
+    err = np.sqrt(((w.astype(np.float64) - copy) ** 2).sum(axis=1))
+    assert (dnorm.astype(np.float64) >= err).all() and (err > 0).all()
+    assert (np.abs(w.astype(np.float64) - copy) <= np.repeat(scale.transpose(0, 2, 1).reshape(-1, k // 32)[:n], 32, 1)
+            / 2 * (1 + 1e-6)).all()  # each weight within half a quantum of its copy
+    exact = np.maximum(np.abs(w.astype(np.float64)).sum(axis=1), np.abs(copy).sum(axis=1))
+    assert (colabs.astype(np.float64) >= exact).all()
+
+
+def test_a_dense_heads_near_tie_that_its_q8_copy_ranks_wrongly_still_gives_numpys_token():
+    """fp32 weights that are not Q8 values: column 5 weighs 0.5044 at k = 1 (copy 0.500, quantum 0.01), column 3
+    0.5040 (copy 0.505, quantum 0.0101); a row reading k = 1 alone ranks 3 first by the copy, 5 by the exact logits.
+    The copy's error term of the bound keeps 5 a candidate (without it only 3 is: mutation-checked). Tied and
+    untied, on every path."""
+    require_kernel("float32")
+    for path in each_greedy_path():
+        n, k = 40, 64
+        w = np.zeros((n, k), np.float32)
+        w[5, 0], w[5, 1] = 1.27, 0.5044
+        w[3, 0], w[3, 1] = 1.2827, 0.5040
+        x = np.zeros((1, 2, k), np.float32)
+        x[0, 0, 1] = 1.0
+        x[0, 1, 1], x[0, 1, 0] = 1.0, 0.1  # row 1: column 3 wins exactly (k = 0 weighs in)
+        for tied in (True, False):
+            head = dense_head(w, tied)
+            greedy = GreedyQ8HeadKernel(head)
+            greedy_head.stats(reset=True)
+            if tied:
+                tok, logits = tokens_and_logits(head, greedy, x)
+            else:
+                logits = head(Tensor(x), None, None, None, None).asnumpy()
+                tok = greedy(Tensor(x), head.packed_weight).asnumpy()
+            assert logits[0, 0, 5] > logits[0, 0, 3] > 0 and logits[0, 1, 3] > logits[0, 1, 5], (path, tied)
+            assert tok.tolist() == [[5, 3]] == np.argmax(logits, -1).tolist(), (path, tied)
+            s = greedy_head.stats()
+            # row 0 both columns, row 1 column 3 alone (its copy's margin beats both error terms)
+            assert s["rows"] == 2 and s["fallbacks"] == 0 and s["candidates"] == 3, (path, tied, s)
+
+
+def test_a_dense_head_gives_numpys_token_on_random_rows_at_any_row_count():
+    """Random fp32 weights of many column scales (not Q8 values), random rows of many scales, 1-40 rows a call:
+    numpy's argmax of the fp32 kernel's logits, each row's token the same alone and among flagged rows."""
+    require_kernel("float32")
+    for path in each_greedy_path():
+        rng = np.random.default_rng(12)
+        n, k = 1003, 128
+        w = (rng.standard_normal((n, k)) * rng.uniform(0.01, 0.1, (n, 1))).astype(np.float32)
+        head = dense_head(w)
+        greedy = GreedyQ8HeadKernel(head)
+        greedy_head.stats(reset=True)
+        for m in (1, 2, 5, 8, 13, 16, 40):
+            x = rng.standard_normal((1, m, k)) * rng.uniform(1e-3, 1e3, (1, m, 1))
+            tok, logits = tokens_and_logits(head, greedy, x)
+            assert np.array_equal(tok, np.argmax(logits, -1)), (path, m)
+            if m == 13:
+                alone = [tokens_and_logits(head, greedy, x[:, i:i + 1])[0][0, 0] for i in range(m)]
+                assert alone == tok[0].tolist()
+                flags = (np.arange(m) % 3 != 1).astype(np.int32)[None]
+                part, _ = tokens_and_logits(head, greedy, x, rows=flags)
+                assert part[0].tolist() == [t if f else 0 for t, f in zip(tok[0].tolist(), flags[0])]
+        s = greedy_head.stats()
+        assert s["fallbacks"] == 0 and s["rows"] > 80 and s["candidates"] < 4 * s["rows"], (path, s)
+
+
+def test_the_dense_default_teacher_takes_the_greedy_head_through_an_exact_q8_copy():
+    """``--weights dense`` on the shipped GGUF: its fp32 head holds the dequantized Q8_0 embedding, so the copy is
+    exact (zero error: the native head's bound) and the greedy output is the head's token, np.argmax of its logits."""
+    require_kernel("float32")
+    teacher = Teacher.load(default_model_or_skip(), RuntimeConfig(max_cache_len=128, weights="dense"))
+    fast = greedy_head.fast_here()
+    assert teacher.weights == "dense" and teacher.cell.lm_head_kernel().format == "float32"
+    assert teacher.cell.greedy_head_ready == fast and teacher.greedy_output == (ARGMAX if fast else LOGITS)
+    if not fast:
+        teacher.cell.greedy_head = GreedyQ8HeadKernel(teacher.cell.lm_head_kernel())
+        teacher.cell.greedy_head_ready = True
+        teacher._fns = teacher._graphs()
+        teacher.greedy_output = ARGMAX
+    assert not teacher.cell.greedy_head.packed_dnorm.asnumpy().any()
+    ids = [int(t) for t in np.random.default_rng(9).integers(0, teacher.cfg.vocab_size, 41)]
+    greedy_head.stats(reset=True)
+    assert_greedy_forwards_give_argmax(teacher, ids, (16, 8, 16, 1))
+    s = greedy_head.stats()
+    assert s["rows"] == 41 and s["fallbacks"] == 0 and s["candidates"] < 2 * s["rows"], s
 
 
 def test_the_teacher_takes_the_greedy_head_where_it_is_fast_and_keeps_logits_on_the_portable_path():

@@ -29,6 +29,16 @@
 //      chain (exact_logit), pick the token: the largest, the lowest index among equals.
 // A row with a non-finite or zero max|a|, a subnormal s, or more than kMaxCandidates candidates takes the exact
 // kernel for its whole row (linear_forward, one row) and np.argmax's rule on it: the same token, the slow way.
+//
+// A dense fp32 LM head (MseTiedArgmaxF32, MseArgmaxF32[Rows]: the f32 panels in place of the Q8 ones, then
+// dnorm f32 [N]): the pair panels hold a Q8 copy w^ = d q of its weights w (kernels/greedy_head.py quantises each
+// 32-row block of a column: d = max|w| / 127), the exact logits are the fp32 kernel's chain on w (exact_logit_f32,
+// and linear_forward kF32 for the fallback rows), and the bound gains the copy's error:
+//     |a.w^ - a.w| <= ||a||_2 dnorm[n],  dnorm[n] >= ||w[:, n] - w^[:, n]||_2 (fp64, rounded up),
+// so a row's columns are scanned against B[n] = F W1[n] + G dnorm[n] (G >= ||a||_2; W1 = the larger of the two
+// weights' column sums, which covers every term of step 3 for either). A head whose weights are Q8 values already
+// (the dequantized GGUF of --weights dense) has dnorm = 0: the Q8 head's bound, and the same candidates.
+// Measured on the default teacher in docs/kernels.md.
 // Measured on MT-Bench and outside prompts (experiments/lm_head_bound.py): ~1.05 candidates per row.
 //
 // Rows are independent (the activations, the bound and the candidates of a row depend on that row only), so a
@@ -106,6 +116,26 @@ float exact_logit(const float* a, const uint8_t* q8, int64_t KB, int64_t n) {
   return acc;
 }
 
+// Column n's logit exactly as the fp32 kernel computes it (compute.cc: acc = fma(a_k, w[k, n], acc) for k ascending
+// from acc = 0) from f32 panels [np, K, 16].
+float exact_logit_f32(const float* a, const float* wf, int64_t K, int64_t n) {
+  const float* col = wf + (n / kLanes) * K * kLanes + n % kLanes;
+  float acc = 0.0f;
+  for (int64_t k = 0; k < K; ++k) acc = std::fma(a[k], col[k * kLanes], acc);
+  return acc;
+}
+
+// G >= ||a||_2 for a row of K fp32 activations: the squares are exact in fp64 and their sum and root err by far less
+// than the 2^-40 margin; rounded up to fp32.
+float l2_bound(const float* a, int64_t K) {
+  double s = 0.0;
+  for (int64_t k = 0; k < K; ++k) s += (double)a[k] * (double)a[k];
+  const double want = std::sqrt(s) * (1.0 + 0x1p-40);
+  float g = (float)want;
+  if ((double)g < want) g = std::nextafter(g, std::numeric_limits<float>::infinity());
+  return g;
+}
+
 using ApproxChunk = void (*)(const mse::ApproxQ8Job&, int64_t);
 using CandidateScan = int64_t (*)(const float*, const float*, int64_t, float, float, int32_t*, int64_t);
 
@@ -114,7 +144,9 @@ struct ArgmaxJob {
   const float* act;       // [Mp, K]
   const float* approx;    // [Mp, ldo]
   const float* colabs;    // [N]
-  const uint8_t* q8;
+  const uint8_t* q8;      // the Q8 head's panels, or
+  const float* wf;        // a dense head's f32 panels [np, K, 16]
+  const float* dnorm;     // a dense head's copy error per column [N] (null: none, or all zero)
   RowPlan* plans;         // [Mp]
   int32_t* cand;          // [Mp, kMaxCandidates]
   CandidateScan scan;     // the path's scan, or the portable one
@@ -192,17 +224,28 @@ void pick_item(const void* ctx, int64_t r) {
   RowPlan& plan = job.plans[r];
   if (plan.fallback) return;
   int32_t* cand = job.cand + r * kMaxCandidates;
-  const int64_t count = job.scan(job.approx + r * job.ldo, job.colabs, job.N, plan.s, plan.F, cand,
-                                 kMaxCandidates);
+  const float* a = job.act + r * job.K;
+  const float* colabs = job.colabs;
+  float F = plan.F;
+  if (job.dnorm) {  // B[n] = F W1[n] + G dnorm[n], rounded up (three roundings of < 2^-24 each under the 2^-20)
+    thread_local std::vector<float> bound;
+    bound.resize((size_t)job.N);
+    const float G = l2_bound(a, job.K), up = 1.0f + 0x1p-20f;
+    for (int64_t n = 0; n < job.N; ++n) bound[(size_t)n] = (F * job.colabs[n] + G * job.dnorm[n]) * up;
+    colabs = bound.data(), F = 1.0f;  // the scan's B = F colabs[n] is then bound[n] exactly
+  }
+  const int64_t count = job.scan(job.approx + r * job.ldo, colabs, job.N, plan.s, F, cand, kMaxCandidates);
   if (count < 1 || count > kMaxCandidates) {
     plan.fallback = true;
     return;
   }
-  const float* a = job.act + r * job.K;
-  float best = exact_logit(a, job.q8, job.KB, cand[0]);
+  auto exact = [&](int64_t n) {
+    return job.wf ? exact_logit_f32(a, job.wf, job.K, n) : exact_logit(a, job.q8, job.KB, n);
+  };
+  float best = exact(cand[0]);
   int32_t at = cand[0];
   for (int64_t c = 1; c < count; ++c) {
-    const float v = exact_logit(a, job.q8, job.KB, cand[c]);
+    const float v = exact(cand[c]);
     if (v > best) best = v, at = cand[c];  // finite: a row with a non-finite activation fell back
   }
   plan.token = at;
@@ -221,17 +264,19 @@ int32_t first_argmax(const float* y, int64_t N) {
 
 bool is(const char* dtype, const char* want) { return std::strcmp(dtype, want) == 0; }
 
-int argmax_q8(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, bool with_norm,
-              bool with_rows) {
-  // x, q8 panels, pair panels, colabs, [norm, eps], [rows], token
-  const int ri = with_norm ? 6 : 4;  // rows, if any
+int argmax_q8(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, bool dense,
+              bool with_norm, bool with_rows) {
+  // x, exact panels (q8, or f32 when dense), pair panels, colabs, [dnorm], [norm, eps], [rows], token
+  const int di = dense ? 4 : -1, ni = dense ? 5 : 4;  // dnorm and norm, if any
+  const int ri = with_norm ? ni + 2 : ni;  // rows, if any
   if (nparam != ri + (with_rows ? 2 : 1)) return 1;
   const int ti = nparam - 1;
   if (ndims[0] < 2 || ndims[1] != 3 || ndims[2] != 3 || ndims[3] != 1 || ndims[ti] != ndims[0] - 1 ||
-      (with_norm && (ndims[4] != 1 || ndims[5] != 1)))
+      (dense && ndims[di] != 1) || (with_norm && (ndims[ni] != 1 || ndims[ni + 1] != 1)))
     return 2;
-  if (!is(dtypes[0], "float32") || !is(dtypes[1], "uint8") || !is(dtypes[2], "uint8") || !is(dtypes[3], "float32") ||
-      (with_norm && (!is(dtypes[4], "float32") || !is(dtypes[5], "float32"))) || !is(dtypes[ti], "int32") ||
+  if (!is(dtypes[0], "float32") || !is(dtypes[1], dense ? "float32" : "uint8") || !is(dtypes[2], "uint8") ||
+      !is(dtypes[3], "float32") || (dense && !is(dtypes[di], "float32")) ||
+      (with_norm && (!is(dtypes[ni], "float32") || !is(dtypes[ni + 1], "float32"))) || !is(dtypes[ti], "int32") ||
       (with_rows && !is(dtypes[ri], "int32")))
     return 3;
   int64_t M = 1;
@@ -242,14 +287,19 @@ int argmax_q8(int nparam, void** params, int* ndims, int64_t** shapes, const cha
   }
   const int64_t K = shapes[0][ndims[0] - 1], N = shapes[3][0], np = (N + kLanes - 1) / kLanes, KB = K / mse::kQBlock;
   if (K % mse::kQBlock || N < 1) return 5;
-  for (int i = 1; i <= 2; ++i)
-    if (shapes[i][0] != np || shapes[i][1] != KB || shapes[i][2] != mse::kQ8Bytes) return 5;
-  if (with_norm && (shapes[4][0] != K || shapes[5][0] != 1)) return 6;
+  if (shapes[2][0] != np || shapes[2][1] != KB || shapes[2][2] != mse::kQ8Bytes) return 5;
+  if (dense ? (shapes[1][0] != np || shapes[1][1] != K || shapes[1][2] != kLanes || shapes[di][0] != N)
+            : (shapes[1][0] != np || shapes[1][1] != KB || shapes[1][2] != mse::kQ8Bytes))
+    return 5;
+  if (with_norm && (shapes[ni][0] != K || shapes[ni + 1][0] != 1)) return 6;
 
   const float* x = static_cast<const float*>(params[0]);
-  const uint8_t* q8 = static_cast<const uint8_t*>(params[1]);
-  const float* norm = with_norm ? static_cast<const float*>(params[4]) : nullptr;
-  const float eps = with_norm ? *static_cast<const float*>(params[5]) : 0.0f;
+  const uint8_t* q8 = dense ? nullptr : static_cast<const uint8_t*>(params[1]);
+  const float* wf = dense ? static_cast<const float*>(params[1]) : nullptr;
+  const float* dnorm = dense ? static_cast<const float*>(params[di]) : nullptr;
+  if (dnorm && std::all_of(dnorm, dnorm + N, [](float v) { return v == 0.0f; })) dnorm = nullptr;  // Q8 values
+  const float* norm = with_norm ? static_cast<const float*>(params[ni]) : nullptr;
+  const float eps = with_norm ? *static_cast<const float*>(params[ni + 1]) : 0.0f;
   const int32_t* flags = with_rows ? static_cast<const int32_t*>(params[ri]) : nullptr;
   int32_t* token = static_cast<int32_t*>(params[ti]);
 
@@ -280,8 +330,8 @@ int argmax_q8(int nparam, void** params, int* ndims, int64_t** shapes, const cha
   approx.resize((size_t)(Mp * ldo));
   approximate(Mp, K, np, xq.data(), static_cast<const uint8_t*>(params[2]), approx.data());
   cand.resize((size_t)(Mp * kMaxCandidates));
-  ArgmaxJob pick{K, KB, N, ldo, a, approx.data(), static_cast<const float*>(params[3]), q8, plans.data(),
-                 cand.data(), candidate_scan()};
+  ArgmaxJob pick{K, KB, N, ldo, a, approx.data(), static_cast<const float*>(params[3]), q8, wf, dnorm,
+                 plans.data(), cand.data(), candidate_scan()};
   mse::parallel_for(Mp, pick_item, &pick);
 
   int64_t fallbacks = 0;
@@ -289,8 +339,8 @@ int argmax_q8(int nparam, void** params, int* ndims, int64_t** shapes, const cha
     RowPlan& plan = plans[(size_t)i];
     if (plan.fallback) {  // the exact kernel on this row, np.argmax's rule on its logits
       row.resize((size_t)N);
-      mse::linear_forward({mse::kQ8, with_norm ? mse::kNorm : mse::kNone, 1, K, N, xs.data() + i * K, q8, nullptr,
-                           norm, eps, nullptr, row.data()});
+      mse::linear_forward({dense ? mse::kF32 : mse::kQ8, with_norm ? mse::kNorm : mse::kNone, 1, K, N,
+                           xs.data() + i * K, params[1], nullptr, norm, eps, nullptr, row.data()});
       plan.token = first_argmax(row.data(), N);
       ++fallbacks;
     }
@@ -305,21 +355,20 @@ int argmax_q8(int nparam, void** params, int* ndims, int64_t** shapes, const cha
 
 extern "C" {
 
-int MseTiedArgmaxQ8(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {
-  return argmax_q8(nparam, params, ndims, shapes, dtypes, true, false);
-}
+// One entry point per (exact weights, norm inside, rows): Q8 panels or a dense head's f32 panels (module comment).
+#define MSE_ARGMAX_ENTRY(NAME, DENSE, NORM, ROWS)                                                         \
+  int NAME(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) { \
+    return argmax_q8(nparam, params, ndims, shapes, dtypes, DENSE, NORM, ROWS);                          \
+  }
 
-int MseTiedArgmaxQ8Rows(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {
-  return argmax_q8(nparam, params, ndims, shapes, dtypes, true, true);
-}
-
-int MseArgmaxQ8(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {
-  return argmax_q8(nparam, params, ndims, shapes, dtypes, false, false);
-}
-
-int MseArgmaxQ8Rows(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) {
-  return argmax_q8(nparam, params, ndims, shapes, dtypes, false, true);
-}
+MSE_ARGMAX_ENTRY(MseTiedArgmaxQ8, false, true, false)
+MSE_ARGMAX_ENTRY(MseTiedArgmaxQ8Rows, false, true, true)
+MSE_ARGMAX_ENTRY(MseArgmaxQ8, false, false, false)
+MSE_ARGMAX_ENTRY(MseArgmaxQ8Rows, false, false, true)
+MSE_ARGMAX_ENTRY(MseTiedArgmaxF32, true, true, false)
+MSE_ARGMAX_ENTRY(MseTiedArgmaxF32Rows, true, true, true)
+MSE_ARGMAX_ENTRY(MseArgmaxF32, true, false, false)
+MSE_ARGMAX_ENTRY(MseArgmaxF32Rows, true, false, true)
 
 // Rows computed, candidates summed over the rows that took the bound, and rows that fell back to the exact kernel,
 // since the last reset (reset = 1 zeroes them after reading): out[0..2].

@@ -1,5 +1,5 @@
-"""A Q8 LM head's greedy token (tied or untied, no bias) as a MindSpore Cell: ``GreedyQ8HeadKernel``, argmax.cc's
-entry points.
+"""A Q8 or fp32 LM head's greedy token (tied or untied, no bias) as a MindSpore Cell: ``GreedyQ8HeadKernel``,
+argmax.cc's entry points (an fp32 head through a Q8 copy of its weights and that copy's error in the bound).
 
 Why: a greedy forward (decoding, tree verification, batched decoding) reads one number per row of the LM head's
 49,152 logits, its argmax. On every SIMD path (AVX-512 -- VPDPWSSD blocks where the processor has AVX512-VNNI,
@@ -19,7 +19,7 @@ import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 
 from ..errors import ConfigError
-from .layout import q8_column_abs_sums, q8_pair_panels
+from .layout import q8_column_abs_sums, q8_copy_of_f32, q8_pair_panels
 from . import build
 from .ops import LinearKernel, kernel_status
 
@@ -43,23 +43,30 @@ def stats(reset: bool = False) -> dict[str, int]:
 
 
 class GreedyQ8HeadKernel(nn.Cell):
-    """``construct(x [..., K], q8, norm_weight=None, eps=None, rows=None) -> token int32 [...]``: per row,
-    ``np.argmax`` of the logits that ``head`` (a packed Q8 ``LinearKernel`` without bias: a tied LM head with its
-    RMSNorm prologue, given ``norm_weight [K]`` and the kernel's ``eps``, or an untied one on normed ``x``) computes
-    for ``x``, given that kernel's own ``packed_weight`` as ``q8`` (read for the candidates' exact logits; passed in,
-    not held, so that it stays the head's Parameter); with ``rows`` (int32, x's leading dims) only flagged rows are
-    computed, the others get 0. Holds the head's weights in the pair layout and their column sums (layout.py).
-    ConfigError unless ``head`` is such a kernel."""
+    """``construct(x [..., K], weight, norm_weight=None, eps=None, rows=None) -> token int32 [...]``: per row,
+    ``np.argmax`` of the logits that ``head`` (a packed Q8 or fp32 ``LinearKernel`` without bias: a tied LM head with
+    its RMSNorm prologue, given ``norm_weight [K]`` and the kernel's ``eps``, or an untied one on normed ``x``)
+    computes for ``x``, given that kernel's own ``packed_weight`` as ``weight`` (read for the candidates' exact
+    logits; passed in, not held, so that it stays the head's Parameter); with ``rows`` (int32, x's leading dims) only
+    flagged rows are computed, the others get 0. Holds the head's Q8 weights in the pair layout and their column
+    sums (layout.py); for an fp32 head (``--weights dense``, or a model without GGUF blocks) a Q8 copy of its weights
+    and the copy's error per column, which the bound adds (``layout.q8_copy_of_f32``; argmax.cc). ConfigError unless
+    ``head`` is such a kernel (a bf16 head is not: its kernel rounds the activations too)."""
 
     def __init__(self, head: LinearKernel):
         super().__init__()
-        if head.format != "q8" or not head.packed or head.has_bias or head.glu:
-            raise ConfigError(f"GreedyQ8HeadKernel: needs a packed Q8 LM head without bias, got format "
+        if head.format not in ("q8", "float32") or not head.packed or head.has_bias or head.glu:
+            raise ConfigError(f"GreedyQ8HeadKernel: needs a packed Q8 or fp32 LM head without bias, got format "
                               f"{head.format!r} (packed={head.packed}, bias={head.has_bias}, swiglu={head.glu})")
-        q8 = head.packed_weight.asnumpy()
+        self.dense = head.format == "float32"
+        if self.dense:
+            q8, colabs, dnorm = q8_copy_of_f32(head.packed_weight.asnumpy(), head.out_features)
+            self.packed_dnorm = Parameter(Tensor(dnorm), name="packed_dnorm", requires_grad=False)
+        else:
+            q8 = head.packed_weight.asnumpy()
+            colabs = q8_column_abs_sums(q8, head.out_features)
         self.packed_pairs = Parameter(Tensor(q8_pair_panels(q8)), name="packed_pairs", requires_grad=False)
-        self.packed_colabs = Parameter(Tensor(q8_column_abs_sums(q8, head.out_features)), name="packed_colabs",
-                                       requires_grad=False)
+        self.packed_colabs = Parameter(Tensor(colabs), name="packed_colabs", requires_grad=False)
         library = kernel_status("float32").library
 
         def infer_shape(x, *rest):
@@ -71,13 +78,16 @@ class GreedyQ8HeadKernel(nn.Cell):
         def op(name):
             return ops.Custom(library.symbol(name), out_shape=infer_shape, out_dtype=infer_dtype, func_type="aot")
 
-        self.op_norm = op("MseTiedArgmaxQ8")
-        self.op_norm_rows = op("MseTiedArgmaxQ8Rows")
-        self.op = op("MseArgmaxQ8")
-        self.op_rows = op("MseArgmaxQ8Rows")
+        fmt = "F32" if self.dense else "Q8"
+        self.op_norm = op(f"MseTiedArgmax{fmt}")
+        self.op_norm_rows = op(f"MseTiedArgmax{fmt}Rows")
+        self.op = op(f"MseArgmax{fmt}")
+        self.op_rows = op(f"MseArgmax{fmt}Rows")
 
-    def construct(self, x, q8, norm_weight=None, eps=None, rows=None):
-        args = (x, q8, self.packed_pairs, self.packed_colabs)
+    def construct(self, x, weight, norm_weight=None, eps=None, rows=None):
+        args = (x, weight, self.packed_pairs, self.packed_colabs)
+        if self.dense:
+            args = args + (self.packed_dnorm,)
         if norm_weight is None:
             if rows is None:
                 return self.op(*args)

@@ -183,3 +183,43 @@ def q8_column_abs_sums(q8: np.ndarray, n: int) -> np.ndarray:
     low = up.astype(np.float64) < sums
     up[low] = np.nextafter(up[low], np.float32(np.inf))
     return up
+
+
+def q8_copy_of_f32(panels: np.ndarray, n: int, chunk_panels: int = 256) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A dense fp32 LM head's Q8 copy for the greedy head (argmax.cc, "a dense fp32 LM head"): fp32 panels
+    ``[np, K, 16]`` of ``n`` output columns -> ``(q8 panels uint8 [np, K/32, 576], colabs f32 [N], dnorm f32 [N])``.
+
+    Each 32-row block of a column becomes ``d q`` with ``d = max|w| / 127`` (fp32) and ``q = round(w / d)``: a block
+    whose weights are Q8 values already (``d0 q0``, a dequantized GGUF Q8_0 head, where some ``|q0| = 127``) gets
+    ``d = d0`` exactly and ``q = q0``, so its error is 0. ``colabs``: the larger of ``sum_k |w|`` and ``sum_k |d q|``
+    (fp64, rounded up), which covers every weight term of the bound for either; ``dnorm``: ``||w - d q||_2`` per
+    column (every difference exact in fp64; the root rounded up). Works ``chunk_panels`` panels at a time, so the
+    fp64 temporaries stay small for a large vocabulary. ValueError unless K is whole blocks."""
+    npanel, k, lanes = panels.shape
+    if lanes != LANES or k % QUANT_BLOCK or not 0 < n <= npanel * LANES:
+        raise ValueError(f"q8_copy_of_f32: panels {panels.shape} of {n} columns are not fp32 panels of whole blocks")
+    kb = k // QUANT_BLOCK
+    q8 = np.empty((npanel, kb, PANEL_BYTES["q8"]), np.uint8)
+    colabs, dnorm = np.empty(npanel * LANES, np.float32), np.empty(npanel * LANES, np.float32)
+    for p0 in range(0, npanel, chunk_panels):
+        part = panels[p0:p0 + chunk_panels]
+        cols = part.shape[0] * LANES
+        w = np.ascontiguousarray(part.transpose(0, 2, 1)).reshape(cols, kb, QUANT_BLOCK)  # [cols, KB, 32]
+        d = np.abs(w).max(axis=2) / np.float32(127)  # [cols, KB]
+        safe = np.where(d > 0, d, np.float32(1))
+        q = np.where(d[..., None] > 0, np.clip(np.rint(w / safe[..., None]), -127, 127), 0).astype(np.int8)
+        q8[p0:p0 + part.shape[0]] = pack_quantized(d, np.zeros_like(d), q.reshape(cols, k), "q8")
+        wide = w.astype(np.float64).reshape(cols, k)
+        diff = wide - (d[..., None].astype(np.float64) * q).reshape(cols, k)  # exact: nearby fp32 values
+        dnorm[p0 * LANES:p0 * LANES + cols] = _round_up(np.sqrt((diff * diff).sum(axis=1)) * (1 + 2.0 ** -40))
+        colabs[p0 * LANES:p0 * LANES + cols] = _round_up(np.abs(wide).sum(axis=1))
+    colabs = np.maximum(colabs[:n], q8_column_abs_sums(q8, n))
+    return q8, colabs, dnorm[:n]
+
+
+def _round_up(values: np.ndarray) -> np.ndarray:
+    """fp64 -> the smallest fp32 values not below them."""
+    up = values.astype(np.float32)
+    low = up.astype(np.float64) < values
+    up[low] = np.nextafter(up[low], np.float32(np.inf))
+    return up

@@ -117,7 +117,7 @@ class PanguForCausalLM(nn.Cell):
         # every layer fused (they are alike): the whole stack, embedding and RoPE rows included, runs as one op
         self.stacked = all(layer.fused for layer in self.model.layers) and len(self.aux_ids) > 0
         # the greedy token without the logits (kernels.greedy_head), set by after_pack where it is fast: a native Q8
-        # LM head without bias on a SIMD kernel path
+        # or dense fp32 LM head without bias on a SIMD kernel path
         self.greedy_head_ready = False
         if self.stacked:
             self.stack = DecoderStackKernel(matmul.dtype, cfg.qkv_bias, cfg.o_bias, cfg.rms_norm_eps, self.aux_ids)
@@ -184,9 +184,10 @@ class PanguForCausalLM(nn.Cell):
 
     def after_pack(self) -> None:
         """Once every kernel is packed (``kernels.pack_weights``): the greedy Q8 head where the LM head is a native
-        Q8 kernel without bias (tied: the embedding's blocks; untied: ``output.weight``'s) and it is fast here."""
+        Q8 kernel or a dense fp32 one (through its Q8 copy), without bias (tied: the embedding table; untied:
+        ``output.weight``), and it is fast here. Not for a bf16 head (``GreedyQ8HeadKernel``)."""
         head = self.lm_head_kernel()
-        if head is not None and head.format == "q8" and greedy_head_fast():
+        if head is not None and head.format in ("q8", "float32") and greedy_head_fast():
             self.greedy_head = GreedyQ8HeadKernel(head)
             self.greedy_head_ready = True
 
