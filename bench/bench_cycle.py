@@ -17,7 +17,7 @@ Each timing is the median of interleaved repetitions (variants alternate inside 
 neighbour's load on a shared machine hits all of them alike). Last stdout line: one JSON object.
 
     [MSE_KERNEL_THREADS=2] GLOG_v=3 python bench/bench_cycle.py [--reps 7] [--contexts 128,512,1024]
-        [--tokens 1,4,8,16,32,64] [--skip-mindspore] [--skip-draft]
+        [--tokens 1,4,8,16,32,64] [--skip-mindspore] [--skip-draft] [--output logits|greedy]
 """
 
 from __future__ import annotations
@@ -100,7 +100,10 @@ def chain_inputs(ids, start: int, bucket: int, max_len: int):
     return ForwardInputs.for_tree(TreeLayout.chain([int(t) for t in ids]), start, bucket, max_len)
 
 
-def bench_forwards(teachers: dict, contexts, tokens, reps: int, clock: KernelClock) -> dict:
+def bench_forwards(teachers: dict, contexts, tokens, reps: int, clock: KernelClock, output: str = "logits") -> dict:
+    from mindspore_eagle.teacher import LOGITS
+
+    kind = {n: (LOGITS if output == "logits" else te.greedy_output) for n, te in teachers.items()}
     rng = np.random.default_rng(0)
     max_len = next(iter(teachers.values())).max_len
     prefix = rng.integers(0, VOCAB, max(contexts))
@@ -116,7 +119,7 @@ def bench_forwards(teachers: dict, contexts, tokens, reps: int, clock: KernelClo
         base = {}
         for t in tokens:
             inputs = chain_inputs(rng.integers(0, VOCAB, t), ctx, t, max_len)
-            res = timed({n: (lambda te=te: te.forward(inputs)) for n, te in teachers.items()}, reps)
+            res = timed({n: (lambda te=te, k=kind[n]: te.forward(inputs, k)) for n, te in teachers.items()}, reps)
             if t == 1:
                 base = dict(res)
             row = {n: {"ms": round(v, 2), "x_decode": round(v / base[n], 3)} for n, v in res.items()}
@@ -127,7 +130,7 @@ def bench_forwards(teachers: dict, contexts, tokens, reps: int, clock: KernelClo
                 for _ in range(max(3, reps // 2)):
                     clock.read()
                     start = time.perf_counter()
-                    teacher.forward(inputs)
+                    teacher.forward(inputs, kind[name])
                     total = (time.perf_counter() - start) * 1e3
                     lin, att = clock.read()
                     split.append((total, lin, att))
@@ -229,6 +232,9 @@ def main() -> None:
     ap.add_argument("--tokens", default="1,4,8,16,32,64")
     ap.add_argument("--skip-mindspore", action="store_true")
     ap.add_argument("--skip-draft", action="store_true")
+    ap.add_argument("--output", choices=("logits", "greedy"), default="logits",
+                    help="what each forward returns: the logits (sampling's verification), or what greedy "
+                         "verification reads (each teacher's greedy_output: the greedy Q8 head's token where it runs)")
     args = ap.parse_args()
     contexts = tuple(int(c) for c in args.contexts.split(","))
     tokens = tuple(int(t) for t in args.tokens.split(","))
@@ -245,7 +251,8 @@ def main() -> None:
     start = time.perf_counter()
     teachers = load_teachers(require_default_model(), max(contexts) + max(tokens), tokens, args.skip_mindspore)
     result = {"kernel_threads": clock.threads, "reps": args.reps, "load_average": round(os.getloadavg()[0], 2)}
-    result["forward"] = bench_forwards(teachers, contexts, tokens, args.reps, clock)
+    result["output"] = {n: ("logits" if args.output == "logits" else te.greedy_output) for n, te in teachers.items()}
+    result["forward"] = bench_forwards(teachers, contexts, tokens, args.reps, clock, args.output)
     result["commit_ms"] = bench_commit(teachers["custom_fp32"], args.reps)
     result["host_ms"] = bench_host(teachers["custom_bf16"], args.reps)
     if not args.skip_draft:

@@ -8,7 +8,7 @@ prompt through two batch stacks (the serving drafting), C requests in flight, sp
 alternating per round. Last stdout line: one JSON object.
 
     GLOG_v=3 python bench/bench_greedy_head.py [--prompts FILE|evalset:N] [--max-new-tokens 128]
-        [--concurrency C --rounds R] [--no-vnni] [--weights auto|native|dense]
+        [--concurrency C --rounds R] [--no-vnni] [--weights auto|native|dense] [--dtype float32|bfloat16]
 """
 
 from __future__ import annotations
@@ -37,14 +37,15 @@ def main(argv=None) -> int:
     ap.add_argument("--no-vnni", action="store_true",
                     help="the AVX-512 paths' AVX512-BW blocks instead of their VNNI ones (as on Skylake-SP)")
     ap.add_argument("--weights", default="auto", choices=("auto", "native", "dense"),
-                    help="the teacher's weights (dense: the fp32 head through its Q8 copy)")
+                    help="the teacher's weights (dense: the head through its Q8 copy)")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     args = ap.parse_args(argv)
     if args.no_vnni:
         kernel_build.approx_vnni(False)
     if args.concurrency:
         return batch_ab(args)
     stacks = {kind: build(None, RuntimeConfig(max_cache_len=args.max_cache_len, greedy_output=kind,
-                                              weights=args.weights))
+                                              weights=args.weights, dtype=args.dtype))
               for kind in ("auto", "logits")}
     if stacks["auto"].teacher.greedy_output != "argmax":
         print(f"no greedy Q8 head here (kernel path {kernel_build.current_isa()}, fast: {greedy_head.fast_here()}): "
@@ -67,7 +68,7 @@ def main(argv=None) -> int:
               f"{b.spec.tok_s:7.2f} (head / logits)", file=sys.stderr, flush=True)
     summary = {kind: summarize(r) for kind, r in results.items()}
     out = {"name": "greedy_q8_head_ab", "machine": platform.processor() or platform.machine(),
-           "weights": stacks["auto"].teacher.weights, "kernel_path": kernel_build.current_isa(),
+           "weights": stacks["auto"].teacher.weights, "dtype": args.dtype, "kernel_path": kernel_build.current_isa(),
            "vnni_blocks": kernel_build.approx_vnni(),
            "prompts": len(ids), "max_new_tokens": args.max_new_tokens, "same_tokens_all_four": f"{same}/{len(ids)}",
            "greedy_tok_s": {k: v["tok_s_greedy"] for k, v in summary.items()},
@@ -87,7 +88,7 @@ def batch_ab(args) -> int:
 
     c = args.concurrency
     stacks = {kind: build_batch(None, c, args.max_cache_len,
-                                RuntimeConfig(greedy_output=kind, weights=args.weights))
+                                RuntimeConfig(greedy_output=kind, weights=args.weights, dtype=args.dtype))
               for kind in ("auto", "logits")}
     if stacks["auto"].engine.teacher.greedy_output != "argmax":
         print("no greedy Q8 head here: both runs would be the logits path", file=sys.stderr)
@@ -110,7 +111,7 @@ def batch_ab(args) -> int:
     ref = tokens[("logits", False)]
     same = {f"{k}_{'spec' if spec else 'off'}": sum(a == b for a, b in zip(t, ref)) for (k, spec), t in tokens.items()}
     med = {f"{k}_{'spec' if spec else 'off'}": round(statistics.median(v), 2) for (k, spec), v in tok_s.items()}
-    out = {"name": "greedy_q8_head_batch_ab", "weights": stacks["auto"].engine.teacher.weights,
+    out = {"name": "greedy_q8_head_batch_ab", "weights": stacks["auto"].engine.teacher.weights, "dtype": args.dtype,
            "kernel_path": kernel_build.current_isa(),
            "vnni_blocks": kernel_build.approx_vnni(), "prompts": len(ids),
            "concurrency": c, "rounds": args.rounds, "max_new_tokens": args.max_new_tokens, "tok_s_median": med,

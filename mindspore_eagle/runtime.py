@@ -154,9 +154,9 @@ class RuntimeConfig:
     logits reduced in the graph, int32 ids), "logits" (the host takes ``np.argmax``), or "auto": "argmax" on a
     device, "logits" on the CPU, where the host is the device and reducing in the graph is the dearer way
     (measured, [16, 49152] fp32: in-graph tie-safe argmax 10.8 ms, logits to numpy + ``np.argmax`` 0.86 ms),
-    except where the teacher has a greedy Q8 head (``Teacher.load``: a native Q8 or dense fp32 LM head without bias, tied
-    or not, on the AVX-512, AVX2 and NEON paths, ``kernels.greedy_head``), which computes the token without the
-    logits: "argmax" there.
+    except where the teacher has a greedy Q8 head (``Teacher.load``: a native Q8 or a dense fp32 / bf16 LM head
+    without bias, tied or not, on the AVX-512, AVX2 and NEON paths, ``kernels.greedy_head``), which computes the
+    token without the logits: "argmax" there.
     ``greedy_kind`` is the resolved choice before the model is known.
     """
 

@@ -163,10 +163,11 @@ def test_an_unknown_output_kind_is_refused_before_the_graph_runs(teachers):
 
 
 def test_on_the_cpu_greedy_takes_the_logits_and_numpys_argmax_and_stays_lossless(hf_tiny, monkeypatch):
-    """``greedy_output="auto"`` on the CPU where the teacher has no greedy Q8 head (a bf16 LM head; Q8 and fp32 heads
-    take it, tests/test_greedy_head.py): no argmax graph runs, and the output is the host-greedy output."""
+    """``greedy_output="auto"`` on the CPU where the teacher has no greedy Q8 head (MindSpore's MatMul, the path of a
+    CPU without custom kernels; the kernels' Q8, fp32 and bf16 heads take it, tests/test_greedy_head.py): no argmax
+    graph runs, and the output is the host-greedy output."""
     _, ms_dir, _ = hf_tiny("pangu")
-    teacher = Teacher.load(ms_dir, RuntimeConfig(**dict(RUNTIME, greedy_output="auto", dtype="bfloat16")))
+    teacher = Teacher.load(ms_dir, RuntimeConfig(**dict(RUNTIME, greedy_output="auto", matmul="mindspore")))
     assert teacher.greedy_output == LOGITS and not teacher.cell.greedy_head_ready
     rec = {kind: Recorder(fn) for kind, fn in teacher._fns.items()}
     monkeypatch.setattr(teacher, "_fns", rec)

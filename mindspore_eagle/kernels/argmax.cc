@@ -29,6 +29,7 @@
 //      chain (exact_logit), pick the token: the largest, the lowest index among equals.
 // A row with a non-finite or zero max|a|, a subnormal s, or more than kMaxCandidates candidates takes the exact
 // kernel for its whole row (linear_forward, one row) and np.argmax's rule on it: the same token, the slow way.
+// Measured on MT-Bench and outside prompts (experiments/lm_head_bound.py): ~1.05 candidates per row.
 //
 // A dense fp32 LM head (MseTiedArgmaxF32, MseArgmaxF32[Rows]: the f32 panels in place of the Q8 ones, then
 // dnorm f32 [N]): the pair panels hold a Q8 copy w^ = d q of its weights w (kernels/greedy_head.py quantises each
@@ -38,8 +39,15 @@
 // so a row's columns are scanned against B[n] = F W1[n] + G dnorm[n] (G >= ||a||_2; W1 = the larger of the two
 // weights' column sums, which covers every term of step 3 for either). A head whose weights are Q8 values already
 // (the dequantized GGUF of --weights dense) has dnorm = 0: the Q8 head's bound, and the same candidates.
-// Measured on the default teacher in docs/kernels.md.
-// Measured on MT-Bench and outside prompts (experiments/lm_head_bound.py): ~1.05 candidates per row.
+//
+// A dense bf16 LM head (MseTiedArgmaxBf16, MseArgmaxBf16[Rows]: bf16 panels, dnorm, then wnorm f32 [N]): its kernel
+// multiplies b = bf16(a) (linear.cc's rounding, kernels.h) by the bf16 weights, so the exact logits are that kernel
+// itself on the candidate's one panel (exact_logit_bf16: the path's own pair order and VDPBF16PS rounding), and the
+// bound gains the activations' rounding and VDPBF16PS's flush of subnormal partial sums:
+//     |L - b.w| <= gamma_K max|b| W1[n] + K 2^-126   (max|b| <= (1 + 2^-8) max|a|, inside F's 1.01)
+//     |b.w - a.w| <= ||b - a||_2 wnorm[n],   wnorm[n] >= ||w[:, n]||_2
+// so B[n] = F W1[n] + G dnorm[n] + Gb wnorm[n] + K 2^-126 (Gb >= ||b - a||_2, exact differences in fp64). A row
+// whose b is not finite takes the exact kernel. Measured in docs/kernels.md.
 //
 // Rows are independent (the activations, the bound and the candidates of a row depend on that row only), so a
 // row's token never depends on the other rows of the call: the kernels' batch invariance.
@@ -125,15 +133,32 @@ float exact_logit_f32(const float* a, const float* wf, int64_t K, int64_t n) {
   return acc;
 }
 
+// The smallest fp32 value not below v.
+float round_up_f32(double v) {
+  float g = (float)v;
+  if ((double)g < v) g = std::nextafter(g, std::numeric_limits<float>::infinity());
+  return g;
+}
+
 // G >= ||a||_2 for a row of K fp32 activations: the squares are exact in fp64 and their sum and root err by far less
 // than the 2^-40 margin; rounded up to fp32.
 float l2_bound(const float* a, int64_t K) {
   double s = 0.0;
   for (int64_t k = 0; k < K; ++k) s += (double)a[k] * (double)a[k];
-  const double want = std::sqrt(s) * (1.0 + 0x1p-40);
-  float g = (float)want;
-  if ((double)g < want) g = std::nextafter(g, std::numeric_limits<float>::infinity());
-  return g;
+  return round_up_f32(std::sqrt(s) * (1.0 + 0x1p-40));
+}
+
+// Column n's logit exactly as the bf16 kernel computes it: that kernel itself (the path's linear_chunk, on this
+// thread) on the one panel holding n, given the row's bf16 activation pairs b. Its pair order and VDPBF16PS's
+// rounding are the path's own, and a column's value does not depend on the other columns or rows of a call.
+float exact_logit_bf16(const uint32_t* b, const uint16_t* wb, int64_t K, int64_t n) {
+  const int64_t K2 = (K + 1) / 2;
+  float y[kLanes];
+  mse::LinearJob job{};
+  job.M = 1, job.K = K, job.N = kLanes, job.np = 1, job.chunk = 1, job.nchunks = 1;
+  job.wb = wb + (n / kLanes) * K2 * 2 * kLanes, job.xq = b, job.K2 = K2, job.y = y, job.fmt = mse::kBf16;
+  mse::isa().linear_chunk(job, 0);
+  return y[n % kLanes];
 }
 
 using ApproxChunk = void (*)(const mse::ApproxQ8Job&, int64_t);
@@ -145,8 +170,10 @@ struct ArgmaxJob {
   const float* approx;    // [Mp, ldo]
   const float* colabs;    // [N]
   const uint8_t* q8;      // the Q8 head's panels, or
-  const float* wf;        // a dense head's f32 panels [np, K, 16]
+  const float* wf;        // a dense head's f32 panels [np, K, 16], or
+  const uint16_t* wb;     // its bf16 panels [np, K2, 32]
   const float* dnorm;     // a dense head's copy error per column [N] (null: none, or all zero)
+  const float* wnorm;     // a bf16 head's column norms ||w_n||_2 [N] (null otherwise)
   RowPlan* plans;         // [Mp]
   int32_t* cand;          // [Mp, kMaxCandidates]
   CandidateScan scan;     // the path's scan, or the portable one
@@ -227,11 +254,35 @@ void pick_item(const void* ctx, int64_t r) {
   const float* a = job.act + r * job.K;
   const float* colabs = job.colabs;
   float F = plan.F;
-  if (job.dnorm) {  // B[n] = F W1[n] + G dnorm[n], rounded up (three roundings of < 2^-24 each under the 2^-20)
-    thread_local std::vector<float> bound;
+  thread_local std::vector<uint32_t> b;  // a bf16 head's activations as its kernel multiplies them (pairs)
+  float Gb = 0.0f, c = 0.0f;
+  if (job.wb) {
+    const int64_t K2 = (job.K + 1) / 2;
+    b.resize((size_t)K2);
+    mse::pack_bf16_activations(a, 1, job.K, b.data(), K2);
+    double d2 = 0.0;
+    for (int64_t k = 0; k < job.K; ++k) {
+      const uint32_t bits = (b[(size_t)(k / 2)] >> (16 * (k % 2))) << 16;
+      float v;
+      std::memcpy(&v, &bits, 4);
+      if (!std::isfinite(v)) {  // rounded past FLT_MAX: the exact kernel's whole row
+        plan.fallback = true;
+        return;
+      }
+      d2 += ((double)v - (double)a[k]) * ((double)v - (double)a[k]);  // exact differences, squares in fp64
+    }
+    Gb = round_up_f32(std::sqrt(d2) * (1.0 + 0x1p-40));
+    c = (float)job.K * 0x1p-126f;  // VDPBF16PS flushes a subnormal partial sum: at most 2^-126 per step
+  }
+  if (job.dnorm || job.wnorm) {  // B[n] = F W1[n] + G dnorm[n] (+ Gb wnorm[n] + c), rounded up (<= five roundings
+    thread_local std::vector<float> bound;  // of < 2^-24 each, under the 2^-20)
     bound.resize((size_t)job.N);
     const float G = l2_bound(a, job.K), up = 1.0f + 0x1p-20f;
-    for (int64_t n = 0; n < job.N; ++n) bound[(size_t)n] = (F * job.colabs[n] + G * job.dnorm[n]) * up;
+    for (int64_t n = 0; n < job.N; ++n) {
+      float v = F * job.colabs[n] + (job.dnorm ? G * job.dnorm[n] : 0.0f);
+      if (job.wnorm) v += Gb * job.wnorm[n] + c;
+      bound[(size_t)n] = v * up;
+    }
     colabs = bound.data(), F = 1.0f;  // the scan's B = F colabs[n] is then bound[n] exactly
   }
   const int64_t count = job.scan(job.approx + r * job.ldo, colabs, job.N, plan.s, F, cand, kMaxCandidates);
@@ -240,6 +291,7 @@ void pick_item(const void* ctx, int64_t r) {
     return;
   }
   auto exact = [&](int64_t n) {
+    if (job.wb) return exact_logit_bf16(b.data(), job.wb, job.K, n);
     return job.wf ? exact_logit_f32(a, job.wf, job.K, n) : exact_logit(a, job.q8, job.KB, n);
   };
   float best = exact(cand[0]);
@@ -264,18 +316,22 @@ int32_t first_argmax(const float* y, int64_t N) {
 
 bool is(const char* dtype, const char* want) { return std::strcmp(dtype, want) == 0; }
 
-int argmax_q8(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, bool dense,
+int argmax_q8(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, mse::WeightFormat fmt,
               bool with_norm, bool with_rows) {
-  // x, exact panels (q8, or f32 when dense), pair panels, colabs, [dnorm], [norm, eps], [rows], token
-  const int di = dense ? 4 : -1, ni = dense ? 5 : 4;  // dnorm and norm, if any
+  // x, exact panels (q8, f32 or bf16), pair panels, colabs, [dnorm (f32, bf16)], [wnorm (bf16)], [norm, eps],
+  // [rows], token
+  const bool dense = fmt != mse::kQ8, half = fmt == mse::kBf16;
+  const int di = dense ? 4 : -1, wi = half ? 5 : -1, ni = 4 + dense + half;  // dnorm, wnorm and norm, if any
   const int ri = with_norm ? ni + 2 : ni;  // rows, if any
   if (nparam != ri + (with_rows ? 2 : 1)) return 1;
   const int ti = nparam - 1;
   if (ndims[0] < 2 || ndims[1] != 3 || ndims[2] != 3 || ndims[3] != 1 || ndims[ti] != ndims[0] - 1 ||
-      (dense && ndims[di] != 1) || (with_norm && (ndims[ni] != 1 || ndims[ni + 1] != 1)))
+      (dense && ndims[di] != 1) || (half && ndims[wi] != 1) ||
+      (with_norm && (ndims[ni] != 1 || ndims[ni + 1] != 1)))
     return 2;
-  if (!is(dtypes[0], "float32") || !is(dtypes[1], dense ? "float32" : "uint8") || !is(dtypes[2], "uint8") ||
-      !is(dtypes[3], "float32") || (dense && !is(dtypes[di], "float32")) ||
+  const char* exact_dtype = fmt == mse::kQ8 ? "uint8" : half ? "int16" : "float32";
+  if (!is(dtypes[0], "float32") || !is(dtypes[1], exact_dtype) || !is(dtypes[2], "uint8") ||
+      !is(dtypes[3], "float32") || (dense && !is(dtypes[di], "float32")) || (half && !is(dtypes[wi], "float32")) ||
       (with_norm && (!is(dtypes[ni], "float32") || !is(dtypes[ni + 1], "float32"))) || !is(dtypes[ti], "int32") ||
       (with_rows && !is(dtypes[ri], "int32")))
     return 3;
@@ -288,16 +344,20 @@ int argmax_q8(int nparam, void** params, int* ndims, int64_t** shapes, const cha
   const int64_t K = shapes[0][ndims[0] - 1], N = shapes[3][0], np = (N + kLanes - 1) / kLanes, KB = K / mse::kQBlock;
   if (K % mse::kQBlock || N < 1) return 5;
   if (shapes[2][0] != np || shapes[2][1] != KB || shapes[2][2] != mse::kQ8Bytes) return 5;
-  if (dense ? (shapes[1][0] != np || shapes[1][1] != K || shapes[1][2] != kLanes || shapes[di][0] != N)
-            : (shapes[1][0] != np || shapes[1][1] != KB || shapes[1][2] != mse::kQ8Bytes))
+  const int64_t rows1 = fmt == mse::kQ8 ? KB : half ? (K + 1) / 2 : K;
+  const int64_t width1 = fmt == mse::kQ8 ? mse::kQ8Bytes : half ? 2 * kLanes : kLanes;
+  if (shapes[1][0] != np || shapes[1][1] != rows1 || shapes[1][2] != width1 || (dense && shapes[di][0] != N) ||
+      (half && shapes[wi][0] != N))
     return 5;
   if (with_norm && (shapes[ni][0] != K || shapes[ni + 1][0] != 1)) return 6;
 
   const float* x = static_cast<const float*>(params[0]);
-  const uint8_t* q8 = dense ? nullptr : static_cast<const uint8_t*>(params[1]);
-  const float* wf = dense ? static_cast<const float*>(params[1]) : nullptr;
+  const uint8_t* q8 = fmt == mse::kQ8 ? static_cast<const uint8_t*>(params[1]) : nullptr;
+  const float* wf = fmt == mse::kF32 ? static_cast<const float*>(params[1]) : nullptr;
+  const uint16_t* wb = half ? static_cast<const uint16_t*>(params[1]) : nullptr;
   const float* dnorm = dense ? static_cast<const float*>(params[di]) : nullptr;
   if (dnorm && std::all_of(dnorm, dnorm + N, [](float v) { return v == 0.0f; })) dnorm = nullptr;  // Q8 values
+  const float* wnorm = half ? static_cast<const float*>(params[wi]) : nullptr;
   const float* norm = with_norm ? static_cast<const float*>(params[ni]) : nullptr;
   const float eps = with_norm ? *static_cast<const float*>(params[ni + 1]) : 0.0f;
   const int32_t* flags = with_rows ? static_cast<const int32_t*>(params[ri]) : nullptr;
@@ -330,8 +390,8 @@ int argmax_q8(int nparam, void** params, int* ndims, int64_t** shapes, const cha
   approx.resize((size_t)(Mp * ldo));
   approximate(Mp, K, np, xq.data(), static_cast<const uint8_t*>(params[2]), approx.data());
   cand.resize((size_t)(Mp * kMaxCandidates));
-  ArgmaxJob pick{K, KB, N, ldo, a, approx.data(), static_cast<const float*>(params[3]), q8, wf, dnorm,
-                 plans.data(), cand.data(), candidate_scan()};
+  ArgmaxJob pick{K, KB, N, ldo, a, approx.data(), static_cast<const float*>(params[3]), q8, wf, wb, dnorm,
+                 wnorm, plans.data(), cand.data(), candidate_scan()};
   mse::parallel_for(Mp, pick_item, &pick);
 
   int64_t fallbacks = 0;
@@ -339,7 +399,7 @@ int argmax_q8(int nparam, void** params, int* ndims, int64_t** shapes, const cha
     RowPlan& plan = plans[(size_t)i];
     if (plan.fallback) {  // the exact kernel on this row, np.argmax's rule on its logits
       row.resize((size_t)N);
-      mse::linear_forward({dense ? mse::kF32 : mse::kQ8, with_norm ? mse::kNorm : mse::kNone, 1, K, N,
+      mse::linear_forward({fmt, with_norm ? mse::kNorm : mse::kNone, 1, K, N,
                            xs.data() + i * K, params[1], nullptr, norm, eps, nullptr, row.data()});
       plan.token = first_argmax(row.data(), N);
       ++fallbacks;
@@ -355,20 +415,25 @@ int argmax_q8(int nparam, void** params, int* ndims, int64_t** shapes, const cha
 
 extern "C" {
 
-// One entry point per (exact weights, norm inside, rows): Q8 panels or a dense head's f32 panels (module comment).
-#define MSE_ARGMAX_ENTRY(NAME, DENSE, NORM, ROWS)                                                         \
+// One entry point per (exact weights, norm inside, rows): Q8 panels, or a dense head's f32 or bf16 panels (module
+// comment).
+#define MSE_ARGMAX_ENTRY(NAME, FMT, NORM, ROWS)                                                           \
   int NAME(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*, void*) { \
-    return argmax_q8(nparam, params, ndims, shapes, dtypes, DENSE, NORM, ROWS);                          \
+    return argmax_q8(nparam, params, ndims, shapes, dtypes, FMT, NORM, ROWS);                            \
   }
 
-MSE_ARGMAX_ENTRY(MseTiedArgmaxQ8, false, true, false)
-MSE_ARGMAX_ENTRY(MseTiedArgmaxQ8Rows, false, true, true)
-MSE_ARGMAX_ENTRY(MseArgmaxQ8, false, false, false)
-MSE_ARGMAX_ENTRY(MseArgmaxQ8Rows, false, false, true)
-MSE_ARGMAX_ENTRY(MseTiedArgmaxF32, true, true, false)
-MSE_ARGMAX_ENTRY(MseTiedArgmaxF32Rows, true, true, true)
-MSE_ARGMAX_ENTRY(MseArgmaxF32, true, false, false)
-MSE_ARGMAX_ENTRY(MseArgmaxF32Rows, true, false, true)
+MSE_ARGMAX_ENTRY(MseTiedArgmaxQ8, mse::kQ8, true, false)
+MSE_ARGMAX_ENTRY(MseTiedArgmaxQ8Rows, mse::kQ8, true, true)
+MSE_ARGMAX_ENTRY(MseArgmaxQ8, mse::kQ8, false, false)
+MSE_ARGMAX_ENTRY(MseArgmaxQ8Rows, mse::kQ8, false, true)
+MSE_ARGMAX_ENTRY(MseTiedArgmaxF32, mse::kF32, true, false)
+MSE_ARGMAX_ENTRY(MseTiedArgmaxF32Rows, mse::kF32, true, true)
+MSE_ARGMAX_ENTRY(MseArgmaxF32, mse::kF32, false, false)
+MSE_ARGMAX_ENTRY(MseArgmaxF32Rows, mse::kF32, false, true)
+MSE_ARGMAX_ENTRY(MseTiedArgmaxBf16, mse::kBf16, true, false)
+MSE_ARGMAX_ENTRY(MseTiedArgmaxBf16Rows, mse::kBf16, true, true)
+MSE_ARGMAX_ENTRY(MseArgmaxBf16, mse::kBf16, false, false)
+MSE_ARGMAX_ENTRY(MseArgmaxBf16Rows, mse::kBf16, false, true)
 
 // Rows computed, candidates summed over the rows that took the bound, and rows that fell back to the exact kernel,
 // since the last reset (reset = 1 zeroes them after reading): out[0..2].

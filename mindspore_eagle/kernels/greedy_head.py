@@ -1,5 +1,5 @@
-"""A Q8 or fp32 LM head's greedy token (tied or untied, no bias) as a MindSpore Cell: ``GreedyQ8HeadKernel``,
-argmax.cc's entry points (an fp32 head through a Q8 copy of its weights and that copy's error in the bound).
+"""A Q8, fp32 or bf16 LM head's greedy token (tied or untied, no bias) as a MindSpore Cell: ``GreedyQ8HeadKernel``,
+argmax.cc's entry points (a dense head through a Q8 copy of its weights and that copy's error in the bound).
 
 Why: a greedy forward (decoding, tree verification, batched decoding) reads one number per row of the LM head's
 49,152 logits, its argmax. On every SIMD path (AVX-512 -- VPDPWSSD blocks where the processor has AVX512-VNNI,
@@ -19,9 +19,12 @@ import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 
 from ..errors import ConfigError
-from .layout import q8_column_abs_sums, q8_copy_of_f32, q8_pair_panels
+from .layout import column_norms, f32_panels_of_bf16, q8_column_abs_sums, q8_copy_of_f32, q8_pair_panels
 from . import build
 from .ops import LinearKernel, kernel_status
+
+
+FORMATS = {"q8": "Q8", "float32": "F32", "bfloat16": "Bf16"}  # head format -> argmax.cc's entry point names
 
 
 def fast_here() -> bool:
@@ -44,23 +47,29 @@ def stats(reset: bool = False) -> dict[str, int]:
 
 class GreedyQ8HeadKernel(nn.Cell):
     """``construct(x [..., K], weight, norm_weight=None, eps=None, rows=None) -> token int32 [...]``: per row,
-    ``np.argmax`` of the logits that ``head`` (a packed Q8 or fp32 ``LinearKernel`` without bias: a tied LM head with
-    its RMSNorm prologue, given ``norm_weight [K]`` and the kernel's ``eps``, or an untied one on normed ``x``)
+    ``np.argmax`` of the logits that ``head`` (a packed Q8, fp32 or bf16 ``LinearKernel`` without bias: a tied LM head
+    with its RMSNorm prologue, given ``norm_weight [K]`` and the kernel's ``eps``, or an untied one on normed ``x``)
     computes for ``x``, given that kernel's own ``packed_weight`` as ``weight`` (read for the candidates' exact
     logits; passed in, not held, so that it stays the head's Parameter); with ``rows`` (int32, x's leading dims) only
     flagged rows are computed, the others get 0. Holds the head's Q8 weights in the pair layout and their column
-    sums (layout.py); for an fp32 head (``--weights dense``, or a model without GGUF blocks) a Q8 copy of its weights
-    and the copy's error per column, which the bound adds (``layout.q8_copy_of_f32``; argmax.cc). ConfigError unless
-    ``head`` is such a kernel (a bf16 head is not: its kernel rounds the activations too)."""
+    sums (layout.py); for a dense head (``--weights dense``, or a model without GGUF blocks; fp32 or bf16) a Q8 copy
+    of its weights and the copy's error per column, which the bound adds (``layout.q8_copy_of_f32``; argmax.cc), and
+    for a bf16 head its column norms (the bound's term for the activations' rounding to bf16). ConfigError unless
+    ``head`` is such a kernel."""
 
     def __init__(self, head: LinearKernel):
         super().__init__()
-        if head.format not in ("q8", "float32") or not head.packed or head.has_bias or head.glu:
-            raise ConfigError(f"GreedyQ8HeadKernel: needs a packed Q8 or fp32 LM head without bias, got format "
+        if head.format not in FORMATS or not head.packed or head.has_bias or head.glu:
+            raise ConfigError(f"GreedyQ8HeadKernel: needs a packed Q8, fp32 or bf16 LM head without bias, got format "
                               f"{head.format!r} (packed={head.packed}, bias={head.has_bias}, swiglu={head.glu})")
-        self.dense = head.format == "float32"
+        self.dense, self.half = head.format != "q8", head.format == "bfloat16"
         if self.dense:
-            q8, colabs, dnorm = q8_copy_of_f32(head.packed_weight.asnumpy(), head.out_features)
+            weights = head.packed_weight.asnumpy()
+            if self.half:
+                weights = f32_panels_of_bf16(weights)
+                self.packed_wnorm = Parameter(Tensor(column_norms(weights, head.out_features)), name="packed_wnorm",
+                                              requires_grad=False)
+            q8, colabs, dnorm = q8_copy_of_f32(weights, head.out_features)
             self.packed_dnorm = Parameter(Tensor(dnorm), name="packed_dnorm", requires_grad=False)
         else:
             q8 = head.packed_weight.asnumpy()
@@ -78,7 +87,7 @@ class GreedyQ8HeadKernel(nn.Cell):
         def op(name):
             return ops.Custom(library.symbol(name), out_shape=infer_shape, out_dtype=infer_dtype, func_type="aot")
 
-        fmt = "F32" if self.dense else "Q8"
+        fmt = FORMATS[head.format]
         self.op_norm = op(f"MseTiedArgmax{fmt}")
         self.op_norm_rows = op(f"MseTiedArgmax{fmt}Rows")
         self.op = op(f"MseArgmax{fmt}")
@@ -88,6 +97,8 @@ class GreedyQ8HeadKernel(nn.Cell):
         args = (x, weight, self.packed_pairs, self.packed_colabs)
         if self.dense:
             args = args + (self.packed_dnorm,)
+        if self.half:
+            args = args + (self.packed_wnorm,)
         if norm_weight is None:
             if rows is None:
                 return self.op(*args)

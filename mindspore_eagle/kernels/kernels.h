@@ -47,6 +47,29 @@ inline bool packed_dims(int nd, const int64_t* shape, const char* dtype, WeightF
   return true;
 }
 
+// fp32 -> bf16 bits, rounding to nearest even; NaN -> quiet NaN; subnormals -> zero of the same sign (what
+// VDPBF16PS does to a subnormal input anyway, so every path multiplies the same values). layout.bf16_bits is
+// the same rule for the weights.
+inline uint32_t bf16_round(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu)) return 0x7FC0u | ((u >> 16) & 0x8000u);
+  if ((u & 0x7F800000u) == 0) return (u >> 16) & 0x8000u;
+  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+}
+
+// Activations -> bf16 pairs (low half = even k), zero-padded to an even K: what the bf16 kernels multiply
+// (linear.cc; argmax.cc's bf16 head).
+inline void pack_bf16_activations(const float* x, int64_t M, int64_t K, uint32_t* xq, int64_t K2) {
+  for (int64_t i = 0; i < M; ++i) {
+    const float* row = x + i * K;
+    for (int64_t q = 0; q < K2; ++q) {
+      const uint32_t lo = bf16_round(row[2 * q]), hi = 2 * q + 1 < K ? bf16_round(row[2 * q + 1]) : 0u;
+      xq[i * K2 + q] = lo | (hi << 16);
+    }
+  }
+}
+
 // y [M, N] = res + (a @ W + bias), a = x (kNone), RMSNorm(x; norm_w, eps) (kNorm), or silu(x[:, :K]) * x[:, K:]
 // with x [M, 2K] (kGlu). W: packed panels in format fmt. bias, norm_w and res may be null. Adds its wall time
 // to MseKernelStats.

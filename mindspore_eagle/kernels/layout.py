@@ -217,6 +217,23 @@ def q8_copy_of_f32(panels: np.ndarray, n: int, chunk_panels: int = 256) -> tuple
     return q8, colabs, dnorm[:n]
 
 
+def f32_panels_of_bf16(panels: np.ndarray) -> np.ndarray:
+    """bf16 panels ``[np, K2, 32]`` (bits as int16) -> the same weights as fp32 panels ``[np, 2 K2, 16]`` (exact)."""
+    npanel, k2, width = panels.shape
+    if width != 2 * LANES:
+        raise ValueError(f"f32_panels_of_bf16: panels {panels.shape} are not bf16 panels")
+    bits = np.ascontiguousarray(panels).view(np.uint16).astype(np.uint32) << 16
+    pairs = bits.view(np.float32).reshape(npanel, k2, LANES, 2)  # [p, q, j, t] = W[2q + t, 16p + j]
+    return np.ascontiguousarray(pairs.transpose(0, 1, 3, 2).reshape(npanel, 2 * k2, LANES))
+
+
+def column_norms(panels: np.ndarray, n: int) -> np.ndarray:
+    """``||W[:, c]||_2`` of each of the ``n`` output columns of fp32 panels ``[np, K, 16]``: fp64, rounded up to
+    fp32 with a margin that covers the fp64 sum's own error."""
+    w = panels.astype(np.float64)
+    return _round_up(np.sqrt((w * w).sum(axis=1)).reshape(-1)[:n] * (1 + 2.0 ** -40))
+
+
 def _round_up(values: np.ndarray) -> np.ndarray:
     """fp64 -> the smallest fp32 values not below them."""
     up = values.astype(np.float32)

@@ -188,28 +188,6 @@ int64_t chunk_panels(int64_t M, int64_t np) {
   return block * ((blocks + Pool::kMaxChunks - 1) / Pool::kMaxChunks);
 }
 
-// fp32 -> bf16 bits, rounding to nearest even; NaN -> quiet NaN; subnormals -> zero of the same sign (what
-// VDPBF16PS does to a subnormal input anyway, so every path multiplies the same values). layout.bf16_bits is
-// the same rule for the weights.
-inline uint32_t bf16_round(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu)) return 0x7FC0u | ((u >> 16) & 0x8000u);
-  if ((u & 0x7F800000u) == 0) return (u >> 16) & 0x8000u;
-  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-}
-
-// Activations -> bf16 pairs (low half = even k), zero-padded to an even K.
-void pack_activations(const float* x, int64_t M, int64_t K, uint32_t* xq, int64_t K2) {
-  for (int64_t i = 0; i < M; ++i) {
-    const float* row = x + i * K;
-    for (int64_t q = 0; q < K2; ++q) {
-      const uint32_t lo = bf16_round(row[2 * q]), hi = 2 * q + 1 < K ? bf16_round(row[2 * q + 1]) : 0u;
-      xq[i * K2 + q] = lo | (hi << 16);
-    }
-  }
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // One entry point per variant: (dtype, prologue, bias, residual). Inputs in this order, then the output y:
 //     x f32 [..., Kx]                  Kx = K, or 2K for SwiGLU ([gate | up]); M = the product of the leading dims
@@ -363,7 +341,7 @@ void mse::linear_forward(const LinearCall& call) {
   c.x = a;
   if (call.fmt == mse::kBf16) {
     xq.resize((size_t)(M * K2));
-    pack_activations(a, M, K, xq.data(), K2);
+    mse::pack_bf16_activations(a, M, K, xq.data(), K2);
     c.wb = static_cast<const uint16_t*>(call.w);
     c.xq = xq.data(), c.K2 = K2;
   } else if (call.fmt == mse::kQ4 || call.fmt == mse::kQ8) {

@@ -55,7 +55,7 @@ class GreedyOutputs(nn.Cell):
     ``construct(input_ids, positions, mask, cache_rows) -> (argmax int32 [B, T], aux_hidden [B, T, 3H])``; inputs
     exactly as ``models.pangu.PanguForCausalLM``'s, whose Parameters and KV cache it shares (``auto_prefix=False``:
     the names stay the checkpoint's). Where the teacher has a greedy Q8 head (``greedy_head_ready``: a native Q8
-    or dense fp32 head on the SIMD paths) the tokens come from it and no logits are computed; elsewhere from
+    or dense head on the SIMD paths) the tokens come from it and no logits are computed; elsewhere from
     ``first_argmax`` of the logits. Both give ``np.argmax`` of the logits ``LogitsOutputs`` returns.
     """
 

@@ -16,6 +16,7 @@ from mindspore import Tensor, nn, ops
 from ..compute import ComputeChoice
 from ..teacher_config import TeacherConfig
 from ..kernels import DecoderLayerKernel, DecoderStackKernel, LinearKernel, fused_layer_supported
+from ..kernels.greedy_head import FORMATS as GREEDY_HEAD_FORMATS
 from ..kernels.greedy_head import GreedyQ8HeadKernel
 from ..kernels.greedy_head import fast_here as greedy_head_fast
 from .layers import CachedAttention, Embedding, Linear, RMSNorm, SwiGLU, rope_tables, write_index
@@ -117,7 +118,7 @@ class PanguForCausalLM(nn.Cell):
         # every layer fused (they are alike): the whole stack, embedding and RoPE rows included, runs as one op
         self.stacked = all(layer.fused for layer in self.model.layers) and len(self.aux_ids) > 0
         # the greedy token without the logits (kernels.greedy_head), set by after_pack where it is fast: a native Q8
-        # or dense fp32 LM head without bias on a SIMD kernel path
+        # or dense LM head without bias on a SIMD kernel path
         self.greedy_head_ready = False
         if self.stacked:
             self.stack = DecoderStackKernel(matmul.dtype, cfg.qkv_bias, cfg.o_bias, cfg.rms_norm_eps, self.aux_ids)
@@ -184,10 +185,10 @@ class PanguForCausalLM(nn.Cell):
 
     def after_pack(self) -> None:
         """Once every kernel is packed (``kernels.pack_weights``): the greedy Q8 head where the LM head is a native
-        Q8 kernel or a dense fp32 one (through its Q8 copy), without bias (tied: the embedding table; untied:
-        ``output.weight``), and it is fast here. Not for a bf16 head (``GreedyQ8HeadKernel``)."""
+        Q8 kernel or a dense fp32 / bf16 one (through its Q8 copy), without bias (tied: the embedding table; untied:
+        ``output.weight``), and it is fast here."""
         head = self.lm_head_kernel()
-        if head is not None and head.format in ("q8", "float32") and greedy_head_fast():
+        if head is not None and head.format in GREEDY_HEAD_FORMATS and greedy_head_fast():
             self.greedy_head = GreedyQ8HeadKernel(head)
             self.greedy_head_ready = True
 
