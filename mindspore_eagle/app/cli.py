@@ -38,8 +38,8 @@ def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--greedy-output", choices=["auto", "argmax", "logits"], default="auto",
                    help="what a greedy forward hands the host: argmax (the token only), logits (np.argmax on the "
                         "host); auto = argmax on a device and where the CPU has the greedy Q8 head (a native Q8 "
-                        "LM head on every SIMD path: AVX-512, AVX2, NEON), else logits (the cheaper "
-                        "there)")
+                        "or dense fp32 / bf16 LM head on every SIMD path: AVX-512, AVX2, NEON), else logits (the "
+                        "cheaper there)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                    help="Linear compute dtype of teacher and draft (bfloat16: bf16 weights/activations, fp32 sums)")
     p.add_argument("--matmul", choices=["auto", "custom", "mindspore"], default="auto",

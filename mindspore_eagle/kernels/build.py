@@ -295,7 +295,7 @@ def setup_kernels() -> str:
     greedy = "greedy tokens from the logits"
     if handle().MseArgmaxQ8Fast():
         blocks = {"avx2": "AVX2", "neon": "NEON"}.get(path) or ("AVX512-VNNI" if approx_vnni() else "AVX512-BW")
-        greedy = f"greedy tokens of a Q8 LM head from int16 dots ({blocks})"
+        greedy = f"greedy tokens of a native Q8 or dense fp32 / bf16 LM head from int16 dots ({blocks})"
     return (f"custom kernels ready: path {lib.isa} (this CPU runs {', '.join(lib.isas)}); float32, {bf16}; {greedy} "
             f"({lib.path})")
 
