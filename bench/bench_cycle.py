@@ -100,10 +100,8 @@ def chain_inputs(ids, start: int, bucket: int, max_len: int):
     return ForwardInputs.for_tree(TreeLayout.chain([int(t) for t in ids]), start, bucket, max_len)
 
 
-def bench_forwards(teachers: dict, contexts, tokens, reps: int, clock: KernelClock, output: str = "logits") -> dict:
-    from mindspore_eagle.teacher import LOGITS
-
-    kind = {n: (LOGITS if output == "logits" else te.greedy_output) for n, te in teachers.items()}
+def bench_forwards(teachers: dict, contexts, tokens, reps: int, clock: KernelClock, kind: dict) -> dict:
+    """``kind``: teacher name -> the output its forwards return (``Teacher.forward``'s ``output``)."""
     rng = np.random.default_rng(0)
     max_len = next(iter(teachers.values())).max_len
     prefix = rng.integers(0, VOCAB, max(contexts))
@@ -252,7 +250,7 @@ def main() -> None:
     teachers = load_teachers(require_default_model(), max(contexts) + max(tokens), tokens, args.skip_mindspore)
     result = {"kernel_threads": clock.threads, "reps": args.reps, "load_average": round(os.getloadavg()[0], 2)}
     result["output"] = {n: ("logits" if args.output == "logits" else te.greedy_output) for n, te in teachers.items()}
-    result["forward"] = bench_forwards(teachers, contexts, tokens, args.reps, clock, args.output)
+    result["forward"] = bench_forwards(teachers, contexts, tokens, args.reps, clock, result["output"])
     result["commit_ms"] = bench_commit(teachers["custom_fp32"], args.reps)
     result["host_ms"] = bench_host(teachers["custom_bf16"], args.reps)
     if not args.skip_draft:

@@ -5,7 +5,8 @@
 //     linear.cc     linear_forward: argument checks, the thread pool, prologues; calls the path's blocks
 //     attention.cc  attention_forward and the in-place row moves; calls the path's attention body
 //     layer.cc      a whole decoder layer from the two
-//     argmax.cc     a Q8 LM head's greedy token from int16 dot products and a bound (fast part in compute.cc)
+//     argmax.cc     an LM head's greedy token (native Q8, dense fp32 / bf16) from int16 dot products and a bound
+//                   (fast part in compute.cc)
 //
 // Arguments are checked by the entry points; these functions trust them.
 
