@@ -143,6 +143,13 @@ def test_a_head_that_is_not_a_packed_q8_fp32_or_bf16_lm_head_is_refused_by_name(
     assert q4.pack_native([("Q4_0", blocks.reshape(20, -1))]) and q4.format == "q4"
     with pytest.raises(ConfigError, match="needs a packed Q8, fp32 or bf16 LM head without bias.*'q4'"):
         GreedyQ8HeadKernel(q4)
+    for dtype in ("float32", "bfloat16"):  # a dense head with a NaN weight keeps the logits (np.argmax's NaN rule)
+        w = np.ones((20, 64), np.float32)
+        w[7, 3] = np.nan
+        broken = LinearKernel(64, 20, dtype, transposed=True, norm_eps=1e-6)
+        broken.pack(w)
+        with pytest.raises(ConfigError, match="NaN or infinite weights"):
+            GreedyQ8HeadKernel(broken)
     biased = LinearKernel(64, 20, "float32", bias=True, transposed=True)
     assert biased.pack_native([("Q8_0", q8_rows(np.full((20, 2), 0.5, np.float32), np.ones((20, 64), np.int8)))])
     with pytest.raises(ConfigError, match="bias=True"):

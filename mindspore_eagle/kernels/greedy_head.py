@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import ctypes
 
+import numpy as np
+
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 
@@ -45,6 +47,21 @@ def stats(reset: bool = False) -> dict[str, int]:
     return {"rows": out[0], "candidates": out[1], "fallbacks": out[2]}
 
 
+def refusal(head: LinearKernel) -> str | None:
+    """Why ``GreedyQ8HeadKernel`` cannot serve ``head`` (None: it can). A dense head with a NaN or infinite weight is
+    refused: its Q8 copy cannot bound that column, and np.argmax's first-NaN rule needs the logits."""
+    if head.format not in FORMATS or not head.packed or head.has_bias or head.glu:
+        return (f"needs a packed Q8, fp32 or bf16 LM head without bias, got format {head.format!r} "
+                f"(packed={head.packed}, bias={head.has_bias}, swiglu={head.glu})")
+    if head.format != "q8":
+        weights = head.packed_weight.asnumpy()
+        if head.format == "bfloat16":
+            weights = f32_panels_of_bf16(weights)
+        if not np.isfinite(weights).all():
+            return "the LM head has NaN or infinite weights: its greedy tokens need the logits"
+    return None
+
+
 class GreedyQ8HeadKernel(nn.Cell):
     """``construct(x [..., K], weight, norm_weight=None, eps=None, rows=None) -> token int32 [...]``: per row,
     ``np.argmax`` of the logits that ``head`` (a packed Q8, fp32 or bf16 ``LinearKernel`` without bias: a tied LM head
@@ -59,9 +76,9 @@ class GreedyQ8HeadKernel(nn.Cell):
 
     def __init__(self, head: LinearKernel):
         super().__init__()
-        if head.format not in FORMATS or not head.packed or head.has_bias or head.glu:
-            raise ConfigError(f"GreedyQ8HeadKernel: needs a packed Q8, fp32 or bf16 LM head without bias, got format "
-                              f"{head.format!r} (packed={head.packed}, bias={head.has_bias}, swiglu={head.glu})")
+        why = refusal(head)
+        if why is not None:
+            raise ConfigError(f"GreedyQ8HeadKernel: {why}")
         self.dense, self.half = head.format != "q8", head.format == "bfloat16"
         if self.dense:
             weights = head.packed_weight.asnumpy()
@@ -108,4 +125,4 @@ class GreedyQ8HeadKernel(nn.Cell):
         return self.op_norm_rows(*(args + (norm_weight, eps, rows)))
 
 
-__all__ = ["GreedyQ8HeadKernel", "fast_here", "stats"]
+__all__ = ["FORMATS", "GreedyQ8HeadKernel", "fast_here", "refusal", "stats"]

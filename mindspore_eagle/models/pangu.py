@@ -16,9 +16,9 @@ from mindspore import Tensor, nn, ops
 from ..compute import ComputeChoice
 from ..teacher_config import TeacherConfig
 from ..kernels import DecoderLayerKernel, DecoderStackKernel, LinearKernel, fused_layer_supported
-from ..kernels.greedy_head import FORMATS as GREEDY_HEAD_FORMATS
 from ..kernels.greedy_head import GreedyQ8HeadKernel
 from ..kernels.greedy_head import fast_here as greedy_head_fast
+from ..kernels.greedy_head import refusal as greedy_head_refusal
 from .layers import CachedAttention, Embedding, Linear, RMSNorm, SwiGLU, rope_tables, write_index
 
 
@@ -186,9 +186,9 @@ class PanguForCausalLM(nn.Cell):
     def after_pack(self) -> None:
         """Once every kernel is packed (``kernels.pack_weights``): the greedy Q8 head where the LM head is a native
         Q8 kernel or a dense fp32 / bf16 one (through its Q8 copy), without bias (tied: the embedding table; untied:
-        ``output.weight``), and it is fast here."""
+        ``output.weight``), with finite weights, and it is fast here."""
         head = self.lm_head_kernel()
-        if head is not None and head.format in GREEDY_HEAD_FORMATS and greedy_head_fast():
+        if head is not None and greedy_head_fast() and greedy_head_refusal(head) is None:
             self.greedy_head = GreedyQ8HeadKernel(head)
             self.greedy_head_ready = True
 
