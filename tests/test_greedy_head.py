@@ -156,6 +156,22 @@ def test_a_head_that_is_not_a_packed_q8_fp32_or_bf16_lm_head_is_refused_by_name(
         GreedyQ8HeadKernel(biased)
 
 
+def test_a_teacher_whose_dense_lm_head_has_a_nan_weight_keeps_the_logits_path(hf_tiny):
+    """Loading (``after_pack``) takes the greedy head for a dense fp32 head and leaves it for one with a NaN weight."""
+    require_kernel("float32")
+    assert greedy_head.fast_here(), "the path in use should run the greedy head fast (every SIMD path)"
+    _, ms_dir, _ = hf_tiny("llama")
+    teacher = Teacher.load(ms_dir, RuntimeConfig(max_cache_len=64))
+    head = teacher.cell.lm_head_kernel()
+    assert head.format == "float32" and teacher.cell.greedy_head_ready
+    w = head.packed_weight.asnumpy()
+    w[0, 0, 0] = np.nan
+    head.packed_weight.set_data(Tensor(w))
+    teacher.cell.greedy_head_ready = False
+    teacher.cell.after_pack()
+    assert not teacher.cell.greedy_head_ready
+
+
 def test_a_near_tie_that_int16_rounding_ranks_wrongly_still_gives_numpys_token():
     """Column 5 weighs k = 1 (activation 0.49 quantum: rounds to 0), column 3 weighs k = 2 (0.51 quantum: rounds to
     1) with a slightly smaller weight: the approximation ranks 3 first, the exact logits 5. The bound must keep 5

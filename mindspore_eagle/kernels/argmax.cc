@@ -80,6 +80,13 @@ struct RowPlan {
   int32_t token = 0;
 };
 
+// The smallest fp32 value not below v.
+float round_up_f32(double v) {
+  float g = (float)v;
+  if ((double)g < v) g = std::nextafter(g, std::numeric_limits<float>::infinity());
+  return g;
+}
+
 // Step 1 for one row: xq, s and F, or a fallback.
 RowPlan quantize(const float* a, int64_t K, int16_t* xq) {
   RowPlan plan;
@@ -100,9 +107,7 @@ RowPlan quantize(const float* a, int64_t K, int16_t* xq) {
   }
   const double ref = std::max((double)amax, 32767.0 * (double)s);
   const double F = 1.01 * (e + (gamma(K) + gamma(K / mse::kQBlock + 3)) * ref);
-  float Ff = (float)F;
-  if ((double)Ff < F) Ff = std::nextafter(Ff, std::numeric_limits<float>::infinity());
-  plan.s = s, plan.F = Ff, plan.fallback = false;
+  plan.s = s, plan.F = round_up_f32(F), plan.fallback = false;
   return plan;
 }
 
@@ -131,13 +136,6 @@ float exact_logit_f32(const float* a, const float* wf, int64_t K, int64_t n) {
   float acc = 0.0f;
   for (int64_t k = 0; k < K; ++k) acc = std::fma(a[k], col[k * kLanes], acc);
   return acc;
-}
-
-// The smallest fp32 value not below v.
-float round_up_f32(double v) {
-  float g = (float)v;
-  if ((double)g < v) g = std::nextafter(g, std::numeric_limits<float>::infinity());
-  return g;
 }
 
 // G >= ||a||_2 for a row of K fp32 activations: the squares are exact in fp64 and their sum and root err by far less

@@ -47,19 +47,8 @@ def stats(reset: bool = False) -> dict[str, int]:
     return {"rows": out[0], "candidates": out[1], "fallbacks": out[2]}
 
 
-def refusal(head: LinearKernel) -> str | None:
-    """Why ``GreedyQ8HeadKernel`` cannot serve ``head`` (None: it can). A dense head with a NaN or infinite weight is
-    refused: its Q8 copy cannot bound that column, and np.argmax's first-NaN rule needs the logits."""
-    if head.format not in FORMATS or not head.packed or head.has_bias or head.glu:
-        return (f"needs a packed Q8, fp32 or bf16 LM head without bias, got format {head.format!r} "
-                f"(packed={head.packed}, bias={head.has_bias}, swiglu={head.glu})")
-    if head.format != "q8":
-        weights = head.packed_weight.asnumpy()
-        if head.format == "bfloat16":
-            weights = f32_panels_of_bf16(weights)
-        if not np.isfinite(weights).all():
-            return "the LM head has NaN or infinite weights: its greedy tokens need the logits"
-    return None
+class HeadNotServed(ConfigError):
+    """``GreedyQ8HeadKernel`` cannot serve this LM head (its message says why): greedy forwards keep the logits."""
 
 
 class GreedyQ8HeadKernel(nn.Cell):
@@ -71,19 +60,25 @@ class GreedyQ8HeadKernel(nn.Cell):
     flagged rows are computed, the others get 0. Holds the head's Q8 weights in the pair layout and their column
     sums (layout.py); for a dense head (``--weights dense``, or a model without GGUF blocks; fp32 or bf16) a Q8 copy
     of its weights and the copy's error per column, which the bound adds (``layout.q8_copy_of_f32``; argmax.cc), and
-    for a bf16 head its column norms (the bound's term for the activations' rounding to bf16). ConfigError unless
-    ``head`` is such a kernel."""
+    for a bf16 head its column norms (the bound's term for the activations' rounding to bf16). ``HeadNotServed`` (a
+    ConfigError) unless ``head`` is such a kernel with finite weights: a dense head's NaN or infinite weight cannot be
+    bounded by its Q8 copy, and np.argmax's first-NaN rule needs the logits."""
 
     def __init__(self, head: LinearKernel):
         super().__init__()
-        why = refusal(head)
-        if why is not None:
-            raise ConfigError(f"GreedyQ8HeadKernel: {why}")
+        if head.format not in FORMATS or not head.packed or head.has_bias or head.glu:
+            raise HeadNotServed(f"GreedyQ8HeadKernel: needs a packed Q8, fp32 or bf16 LM head without bias, got "
+                                f"format {head.format!r} (packed={head.packed}, bias={head.has_bias}, "
+                                f"swiglu={head.glu})")
         self.dense, self.half = head.format != "q8", head.format == "bfloat16"
-        if self.dense:
+        if self.dense:  # the weights read once, as fp32 panels
             weights = head.packed_weight.asnumpy()
             if self.half:
                 weights = f32_panels_of_bf16(weights)
+            if not np.isfinite(weights).all():
+                raise HeadNotServed("GreedyQ8HeadKernel: the LM head has NaN or infinite weights: its greedy tokens "
+                                    "need the logits")
+            if self.half:
                 self.packed_wnorm = Parameter(Tensor(column_norms(weights, head.out_features)), name="packed_wnorm",
                                               requires_grad=False)
             q8, colabs, dnorm = q8_copy_of_f32(weights, head.out_features)
@@ -125,4 +120,4 @@ class GreedyQ8HeadKernel(nn.Cell):
         return self.op_norm_rows(*(args + (norm_weight, eps, rows)))
 
 
-__all__ = ["FORMATS", "GreedyQ8HeadKernel", "fast_here", "refusal", "stats"]
+__all__ = ["FORMATS", "GreedyQ8HeadKernel", "HeadNotServed", "fast_here", "stats"]

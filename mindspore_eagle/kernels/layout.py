@@ -178,11 +178,7 @@ def q8_column_abs_sums(q8: np.ndarray, n: int) -> np.ndarray:
     npanel, kb, _ = q8.shape
     d = np.ascontiguousarray(q8[:, :, :64]).view(np.float32).reshape(npanel, kb, LANES).astype(np.float64)
     q = np.abs(q8[:, :, 64:].view(np.int8).reshape(npanel, kb, QUANT_BLOCK, LANES).astype(np.int64)).sum(axis=2)
-    sums = (np.abs(d) * q).sum(axis=1).reshape(-1)[:n]  # [np, KB, 16] -> [np, 16] -> [N]
-    up = sums.astype(np.float32)
-    low = up.astype(np.float64) < sums
-    up[low] = np.nextafter(up[low], np.float32(np.inf))
-    return up
+    return _round_up((np.abs(d) * q).sum(axis=1).reshape(-1)[:n])  # [np, KB, 16] -> [np, 16] -> [N]
 
 
 def q8_copy_of_f32(panels: np.ndarray, n: int, chunk_panels: int = 256) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

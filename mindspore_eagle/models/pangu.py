@@ -16,9 +16,8 @@ from mindspore import Tensor, nn, ops
 from ..compute import ComputeChoice
 from ..teacher_config import TeacherConfig
 from ..kernels import DecoderLayerKernel, DecoderStackKernel, LinearKernel, fused_layer_supported
-from ..kernels.greedy_head import GreedyQ8HeadKernel
+from ..kernels.greedy_head import GreedyQ8HeadKernel, HeadNotServed
 from ..kernels.greedy_head import fast_here as greedy_head_fast
-from ..kernels.greedy_head import refusal as greedy_head_refusal
 from .layers import CachedAttention, Embedding, Linear, RMSNorm, SwiGLU, rope_tables, write_index
 
 
@@ -188,9 +187,13 @@ class PanguForCausalLM(nn.Cell):
         Q8 kernel or a dense fp32 / bf16 one (through its Q8 copy), without bias (tied: the embedding table; untied:
         ``output.weight``), with finite weights, and it is fast here."""
         head = self.lm_head_kernel()
-        if head is not None and greedy_head_fast() and greedy_head_refusal(head) is None:
+        if head is None or not greedy_head_fast():
+            return
+        try:  # the kernel checks the head (format, bias, finite weights) as it reads its weights, once
             self.greedy_head = GreedyQ8HeadKernel(head)
-            self.greedy_head_ready = True
+        except HeadNotServed:
+            return  # greedy forwards keep the logits
+        self.greedy_head_ready = True
 
     def lm_head_kernel(self):
         """The custom kernel that computes the logits (tied, or untied without a bias), or None."""
