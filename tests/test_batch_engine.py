@@ -476,3 +476,32 @@ def test_build_batch_refuses_a_cache_larger_than_half_the_memory(monkeypatch):
     with pytest.raises(ConfigError, match=r"--max-seqs 8 x --max-cache-len 2048: the KV cache alone needs 0\.7 GiB, "
                                           r"more than half of this machine's 1\.0 GiB"):
         build_batch(model, 8, 2048)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_dense_weights_give_every_request_its_logits_greedy_tokens_in_a_batch(dtype, prompts, default_teacher):
+    """``--weights dense`` (fp32, or bf16 compute): the batch engine's greedy tokens come from the dense head's Q8
+    copy and its bound, for several requests' roots, prompt chunks and suffix-draft trees in one call; each request's
+    tokens equal its batch-1 greedy tokens on the same weights taken from the logits (``np.argmax`` on the host: no
+    greedy head in the reference)."""
+    from mindspore_eagle.teacher import ARGMAX, LOGITS, Teacher
+    from tests.helpers import default_model_or_skip, require_kernel
+
+    require_kernel(dtype)
+    model = default_model_or_skip()
+    _, tok = default_teacher
+    ref_teacher = Teacher.load(model, RuntimeConfig(max_cache_len=512, weights="dense", dtype=dtype,
+                                                    greedy_output="logits"))
+    assert ref_teacher.greedy_output == LOGITS
+    ref_engine = SpeculativeEngine(ref_teacher)
+    reference = [ref_engine.generate(p, 32, tok.eos_token_ids).tokens for p in prompts]
+    rt = RuntimeConfig(buckets=Buckets((1, 4, 16, 64)), prefill_chunk=16, weights="dense", dtype=dtype)
+    dense = build_batch(model, 4, SLOT, rt, DraftingConfig(proposer=Proposer.SUFFIX))
+    teacher = dense.engine.teacher
+    assert teacher.weights == "dense" and teacher.greedy_output == ARGMAX and teacher.cell.greedy_head_ready
+    reqs = [dense.engine.submit(p, 32, dense.eos) for p in prompts]
+    drain(dense.engine)
+    for i, (req, ref) in enumerate(zip(reqs, reference)):
+        assert tuple(req.tokens) == tuple(ref), i
+    assert reqs[0].stats.accepted > 0  # the copy prompt's suffix drafts were verified as trees in the batch
+    assert_no_slot_leaked(dense.engine)
