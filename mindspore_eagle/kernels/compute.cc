@@ -110,6 +110,12 @@ void block_f32(const float* x, int64_t ldx, const float* w, int64_t K, int64_t k
       prefetch(w + j * pstride + (k + pf) * kLanes);
     }
     for (int i = 0; i < RM; ++i) {
+#if defined(MSE_ISA_AVX512)
+      if constexpr (RM > kMaxRM) {  // the wide blocks: each broadcast inside its fma (simd.h, rfma_bcast)
+        for (int j = 0; j < RN; ++j) acc[i][j][0] = rfma_bcast(x + i * ldx + k, wv[j][0], acc[i][j][0]);
+        continue;
+      }
+#endif
       const R xb = rset1(x[i * ldx + k]);
       for (int j = 0; j < RN; ++j)
         for (int s = 0; s < kSub; ++s) acc[i][j][s] = rfma(xb, wv[j][s], acc[i][j][s]);
@@ -291,14 +297,20 @@ constexpr std::array<std::array<BlockQ, kWideRN>, sizeof...(RMs)> wide_q(std::in
 }
 const auto kWideQ4 = wide_q<false>(std::make_integer_sequence<int, kMaxRMQ - kMaxRM>{});  // [RM - kMaxRM - 1][RN - 1]
 const auto kWideQ8 = wide_q<true>(std::make_integer_sequence<int, kMaxRMQ - kMaxRM>{});
+template <int... RMs>
+constexpr std::array<std::array<BlockF32, kWideRN>, sizeof...(RMs)> wide_f32(std::integer_sequence<int, RMs...>) {
+  return {row_f32<kMaxRM + 1 + RMs>(std::make_integer_sequence<int, kWideRN>{})...};
+}
+const auto kWideF32 = wide_f32(std::make_integer_sequence<int, kMaxRMQ - kMaxRM>{});  // [RM - kMaxRM - 1][RN - 1]
 // Rows up to which quantized weights take the wide block; more rows go through the L1 slabs (quant_chunk_rows).
+// fp32 weights take the wide blocks for 5 to 2 x this many rows (wide_chunk).
 // Before the pair loop (block_q rebuilding two K rows per load, each panel's fmas right after its rebuild) AMD's
 // Zen 4 (AVX-512 on 256-bit halves) ran 8 rows faster through the slabs (wide / slabs 27-31 / 22-26 ms) and stopped
 // the wide block at 7; with it the wide block wins there too (linear kernels of a native Q4_1 forward, 2 threads,
 // context 256, two interleaved rounds: 16.8 / 18.6 ms wide against 23.9 / 32.4 through the slabs), so every
 // AVX-512 core takes it up to 8 rows. Same bits either way (the same rebuilt weights and fma chains);
-// MSE_WIDE_Q_ROWS=4..8 overrides (4: never wide), which the self-test's test runs both ways; another value is named
-// on stderr and ignored, as MSE_KERNEL_ISA's (isa.cc).
+// MSE_WIDE_Q_ROWS=4..8 overrides both (4: never wide), which the self-test's test runs both ways; another value is
+// named on stderr and ignored, as MSE_KERNEL_ISA's (isa.cc).
 int wide_rows() {
   static const int rows = [] {
     if (const char* env = std::getenv("MSE_WIDE_Q_ROWS")) {
@@ -398,9 +410,40 @@ void quant_chunk_rows(const LinearJob& c, int64_t p0, int64_t p1) {
   }
 }
 
+#if defined(MSE_ISA_AVX512)
+// Panels [p0, p1) of an fp32 job of 5-16 rows (AVX-512, wide_rows() > 4) through the wide blocks: each weight loaded
+// once for up to 8 rows instead of 4. Up to wide_rows() rows: one block over the whole K, the weights streamed once
+// with the one-row prefetch; more: two blocks per K slab (the second reads the slab from L1). Same chains as the
+// 4-row blocks: the same bits. Zen 4 VM, a 576 x 16,384 fp32 linear, 2 threads, min of 150: 6 rows 1.94-2.77 ->
+// 1.21-1.28 ms, 8 rows 1.97-2.70 -> 1.35-1.49, 16 rows 3.06-4.24 -> 2.54-2.55.
+void wide_chunk(const LinearJob& c, int64_t p0, int64_t p1, const float* wf) {
+  const int64_t rows = std::min<int64_t>(c.M, wide_rows());
+  const int64_t slab = c.M <= rows ? c.K : kSlab, pf = slab < c.K ? slab : kPrefetchRows;
+  for (int64_t k0 = 0; k0 < c.K; k0 += slab) {
+    const int64_t k1 = std::min(c.K, k0 + slab);
+    const bool first = k0 == 0, last = k1 == c.K;
+    for (int64_t m0 = 0; m0 < c.M; m0 += rows) {
+      const int rm = (int)std::min<int64_t>(rows, c.M - m0);
+      for (int64_t p = p0; p < p1; p += kWideRN) {
+        const int rn = (int)std::min<int64_t>(kWideRN, p1 - p);
+        const int64_t n0 = p * kLanes;
+        const BlockF32 block = rm > kMaxRM ? kWideF32[rm - kMaxRM - 1][rn - 1] : kBlocksF32[rm - 1][rn - 1];
+        block(c.x + m0 * c.K, c.K, wf + (p - p0) * c.K * kLanes, c.K, k0, k1, pf, c.y + m0 * c.N + n0, c.N,
+              last && c.bias ? c.bias + n0 : nullptr, last && c.res ? c.res + m0 * c.N + n0 : nullptr, first,
+              c.N - n0);
+      }
+    }
+  }
+}
+#else
+void wide_chunk(const LinearJob&, int64_t, int64_t, const float*) {}  // never called: wide_rows() == kMaxRM here
+#endif
+
 // Panels [p0, p1) of a job whose weights are fp32 panels (wf: panel p0; dense jobs pass their own) or bf16
 // panels: for each K slab, every row block of the panels.
 void dense_chunk(const LinearJob& c, int64_t p0, int64_t p1, const float* wf) {
+  const int wr = wide_rows();
+  if (c.fmt == kF32 && wr > kMaxRM && c.M > kMaxRM && c.M <= 2 * wr) return wide_chunk(c, p0, p1, wf);
   const int64_t depth = c.fmt == kBf16 ? c.K2 : c.K;  // reduction steps: pairs (bf16) or rows
   const int64_t slab = slab_for_rows(c.M, depth), pf = slab < depth ? slab : kPrefetchRows;
   for (int64_t k0 = 0; k0 < depth; k0 += slab) {
