@@ -152,6 +152,10 @@ void block_bf16(const uint32_t* xq, int64_t ldx, const uint16_t* w, int64_t K2, 
       prefetch(w + j * pstride + (q + pf) * 2 * kLanes);
     }
     for (int i = 0; i < RM; ++i) {
+      if constexpr (RM > kMaxRM) {  // the wide blocks: each pair's broadcast inside its dot (rdpbf16_bcast)
+        for (int j = 0; j < RN; ++j) acc[i][j][0] = rdpbf16_bcast(xq + i * ldx + q, wv[j], acc[i][j][0]);
+        continue;
+      }
       const __m512bh xb = (__m512bh)_mm512_set1_epi32((int)xq[i * ldx + q]);
       for (int j = 0; j < RN; ++j) acc[i][j][0] = _mm512_dpbf16_ps(acc[i][j][0], xb, wv[j]);
     }
@@ -302,6 +306,13 @@ constexpr std::array<std::array<BlockF32, kWideRN>, sizeof...(RMs)> wide_f32(std
   return {row_f32<kMaxRM + 1 + RMs>(std::make_integer_sequence<int, kWideRN>{})...};
 }
 const auto kWideF32 = wide_f32(std::make_integer_sequence<int, kMaxRMQ - kMaxRM>{});  // [RM - kMaxRM - 1][RN - 1]
+#if defined(MSE_NATIVE_BF16)
+template <int... RMs>
+constexpr std::array<std::array<BlockBf16, kWideRN>, sizeof...(RMs)> wide_bf16(std::integer_sequence<int, RMs...>) {
+  return {row_bf16<kMaxRM + 1 + RMs>(std::make_integer_sequence<int, kWideRN>{})...};
+}
+const auto kWideBf16 = wide_bf16(std::make_integer_sequence<int, kMaxRMQ - kMaxRM>{});
+#endif
 // Rows up to which quantized weights take the wide block; more rows go through the L1 slabs (quant_chunk_rows).
 // fp32 weights take the wide blocks for 5 to 2 x this many rows (wide_chunk).
 // Before the pair loop (block_q rebuilding two K rows per load, each panel's fmas right after its rebuild) AMD's
@@ -411,26 +422,38 @@ void quant_chunk_rows(const LinearJob& c, int64_t p0, int64_t p1) {
 }
 
 #if defined(MSE_ISA_AVX512)
-// Panels [p0, p1) of an fp32 job of 5-16 rows (AVX-512, wide_rows() > 4) through the wide blocks: each weight loaded
-// once for up to 8 rows instead of 4. Up to wide_rows() rows: one block over the whole K, the weights streamed once
-// with the one-row prefetch; more: two blocks per K slab (the second reads the slab from L1). Same chains as the
-// 4-row blocks: the same bits. Zen 4 VM, a 576 x 16,384 fp32 linear, 2 threads, min of 150: 6 rows 1.94-2.77 ->
-// 1.21-1.28 ms, 8 rows 1.97-2.70 -> 1.35-1.49, 16 rows 3.06-4.24 -> 2.54-2.55.
+// Panels [p0, p1) of an fp32 job of 5-16 rows, or a bf16 one of 5-8 (AVX512-BF16), through the wide blocks (AVX-512,
+// wide_rows() > 4): each weight loaded once for up to 8 rows instead of 4. Up to wide_rows() rows: one block over the
+// whole K, the weights streamed once with the one-row prefetch; more: two blocks per K slab (the second reads the
+// slab from L1). Same chains as the 4-row blocks: the same bits. Zen 4 VM, a 576 x 16,384 linear, 2 threads, min of
+// 150: fp32 6 rows 1.94-2.77 -> 1.21-1.28 ms, 8 rows 1.97-2.70 -> 1.35-1.49, 16 rows 3.06-4.24 -> 2.54-2.55; bf16 8
+// rows 0.76-0.98 -> 0.62-0.67.
 void wide_chunk(const LinearJob& c, int64_t p0, int64_t p1, const float* wf) {
+  const bool bf16 = c.fmt == kBf16;
+  const int64_t depth = bf16 ? c.K2 : c.K;  // reduction steps: pairs (bf16) or rows
   const int64_t rows = std::min<int64_t>(c.M, wide_rows());
-  const int64_t slab = c.M <= rows ? c.K : kSlab, pf = slab < c.K ? slab : kPrefetchRows;
-  for (int64_t k0 = 0; k0 < c.K; k0 += slab) {
-    const int64_t k1 = std::min(c.K, k0 + slab);
-    const bool first = k0 == 0, last = k1 == c.K;
+  const int64_t slab = c.M <= rows ? depth : kSlab, pf = slab < depth ? slab : kPrefetchRows;
+  for (int64_t k0 = 0; k0 < depth; k0 += slab) {
+    const int64_t k1 = std::min(depth, k0 + slab);
+    const bool first = k0 == 0, last = k1 == depth;
     for (int64_t m0 = 0; m0 < c.M; m0 += rows) {
       const int rm = (int)std::min<int64_t>(rows, c.M - m0);
       for (int64_t p = p0; p < p1; p += kWideRN) {
         const int rn = (int)std::min<int64_t>(kWideRN, p1 - p);
         const int64_t n0 = p * kLanes;
+        float* y = c.y + m0 * c.N + n0;
+        const float* bias = last && c.bias ? c.bias + n0 : nullptr;
+        const float* res = last && c.res ? c.res + m0 * c.N + n0 : nullptr;
+#if defined(MSE_NATIVE_BF16)
+        if (bf16) {
+          const BlockBf16 block = rm > kMaxRM ? kWideBf16[rm - kMaxRM - 1][rn - 1] : kBlocksBf16[rm - 1][rn - 1];
+          block(c.xq + m0 * c.K2, c.K2, c.wb + p * c.K2 * 2 * kLanes, c.K2, k0, k1, pf, y, c.N, bias, res, first,
+                c.N - n0);
+          continue;
+        }
+#endif
         const BlockF32 block = rm > kMaxRM ? kWideF32[rm - kMaxRM - 1][rn - 1] : kBlocksF32[rm - 1][rn - 1];
-        block(c.x + m0 * c.K, c.K, wf + (p - p0) * c.K * kLanes, c.K, k0, k1, pf, c.y + m0 * c.N + n0, c.N,
-              last && c.bias ? c.bias + n0 : nullptr, last && c.res ? c.res + m0 * c.N + n0 : nullptr, first,
-              c.N - n0);
+        block(c.x + m0 * c.K, c.K, wf + (p - p0) * c.K * kLanes, c.K, k0, k1, pf, y, c.N, bias, res, first, c.N - n0);
       }
     }
   }
@@ -443,7 +466,13 @@ void wide_chunk(const LinearJob&, int64_t, int64_t, const float*) {}  // never c
 // panels: for each K slab, every row block of the panels.
 void dense_chunk(const LinearJob& c, int64_t p0, int64_t p1, const float* wf) {
   const int wr = wide_rows();
-  if (c.fmt == kF32 && wr > kMaxRM && c.M > kMaxRM && c.M <= 2 * wr) return wide_chunk(c, p0, p1, wf);
+  // bf16 (native) only up to wr rows: at 9-16 its two blocks per slab were no faster than the 4-row blocks
+#if defined(MSE_NATIVE_BF16)
+  const bool wide_fmt = c.fmt == kF32 || (c.fmt == kBf16 && c.M <= wr);
+#else
+  const bool wide_fmt = c.fmt == kF32;
+#endif
+  if (wide_fmt && wr > kMaxRM && c.M > kMaxRM && c.M <= 2 * wr) return wide_chunk(c, p0, p1, wf);
   const int64_t depth = c.fmt == kBf16 ? c.K2 : c.K;  // reduction steps: pairs (bf16) or rows
   const int64_t slab = slab_for_rows(c.M, depth), pf = slab < depth ? slab : kPrefetchRows;
   for (int64_t k0 = 0; k0 < depth; k0 += slab) {

@@ -148,6 +148,7 @@ const LinearCase kLinear[] = {
     {"lin_q8_norm", mse::kQ8, mse::kNorm, false, true, 16, 576, 96},
     {"lin_q4_rows8", mse::kQ4, mse::kNorm, true, true, 8, 576, 208},
     {"lin_q8_rows6", mse::kQ8, mse::kGlu, false, true, 6, 96, 80},
+    {"lin_bf16_rows7_bias_res", mse::kBf16, mse::kNorm, true, true, 7, 576, 208},  // the wide bf16 block (5-8 rows)
 };
 
 // `dense`: a quantized case computed by the fp32 kernel on the converter's values of its weights instead.

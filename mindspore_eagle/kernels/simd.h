@@ -99,6 +99,15 @@ inline R rfma_bcast(const float* x, R w, R acc) {
   __asm__("vfmadd231ps (%2)%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "r"(x));
   return acc;
 }
+#if defined(MSE_NATIVE_BF16)
+// acc + the bf16 pair at x (one 32-bit word) dotted with w's pairs, the pair broadcast by the instruction itself: the
+// same products and sums as _mm512_dpbf16_ps(acc, set1(*x), w) (the dot multiplies pairwise, its operand order
+// changes no product), in asm for rfma_bcast's reason.
+inline R rdpbf16_bcast(const uint32_t* x, __m512bh w, R acc) {
+  __asm__("vdpbf16ps (%2)%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "r"(x));
+  return acc;
+}
+#endif
 // Lane j of `even` / `odd` = bf16 p[2j] / p[2j + 1] (kRL pairs at p) widened to fp32: exact, a shift of the bits.
 inline void rbf16_pairs(const uint16_t* p, R& even, R& odd) {
   const __m512i w = _mm512_loadu_si512(p);
