@@ -76,7 +76,10 @@ constexpr int64_t kPrefetchRows = 16;  // prefetch distance along K without slab
 
 constexpr int64_t kMaxSlabbedRows = 16;  // above this many rows a call's row blocks amortise whole-K panels
 
-int64_t slab_for_rows(int64_t M, int64_t depth) { return M > kMaxRM && M <= kMaxSlabbedRows ? kSlab : depth; }
+// K slab of a call of M rows in blocks of `rows`: slabs while there are several blocks (up to kMaxSlabbedRows rows).
+int64_t slab_for_rows(int64_t M, int64_t rows, int64_t depth) {
+  return M > rows && M <= kMaxSlabbedRows ? kSlab : depth;
+}
 
 // Start value of a panel's accumulator: zero on the first slab, else the partial sum left in y.
 inline V load_partial(const float* y, bool first, Mask m) { return first ? zero() : loadz(m, y); }
@@ -314,7 +317,7 @@ constexpr std::array<std::array<BlockBf16, kWideRN>, sizeof...(RMs)> wide_bf16(s
 const auto kWideBf16 = wide_bf16(std::make_integer_sequence<int, kMaxRMQ - kMaxRM>{});
 #endif
 // Rows up to which quantized weights take the wide block; more rows go through the L1 slabs (quant_chunk_rows).
-// fp32 weights take the wide blocks for 5 to 2 x this many rows (wide_chunk).
+// Dense weights take the wide blocks too (dense_rows).
 // Before the pair loop (block_q rebuilding two K rows per load, each panel's fmas right after its rebuild) AMD's
 // Zen 4 (AVX-512 on 256-bit halves) ran 8 rows faster through the slabs (wide / slabs 27-31 / 22-26 ms) and stopped
 // the wide block at 7; with it the wide block wins there too (linear kernels of a native Q4_1 forward, 2 threads,
@@ -421,67 +424,55 @@ void quant_chunk_rows(const LinearJob& c, int64_t p0, int64_t p1) {
   }
 }
 
-#if defined(MSE_ISA_AVX512)
-// Panels [p0, p1) of an fp32 job of 5-16 rows, or a bf16 one of 5-8 (AVX512-BF16), through the wide blocks (AVX-512,
-// wide_rows() > 4): each weight loaded once for up to 8 rows instead of 4. Up to wide_rows() rows: one block over the
-// whole K, the weights streamed once with the one-row prefetch; more: two blocks per K slab (the second reads the
-// slab from L1). Same chains as the 4-row blocks: the same bits. Zen 4 VM, a 576 x 16,384 linear, 2 threads, min of
+// Rows per register block of a dense job: kMaxRM, or on AVX-512 (wide_rows() > 4) the wide blocks' wide_rows() for
+// an fp32 job of 5 to 2 x wide_rows() rows and a native bf16 one of 5 to wide_rows() (at 9-16 bf16 rows two wide
+// blocks per slab were no faster than the 4-row blocks). Each weight is then loaded once for up to 8 rows instead of
+// 4: up to wide_rows() rows one block over the whole K, the weights streamed once with the one-row prefetch; more,
+// two blocks per K slab. Same chains either way: the same bits. Zen 4 VM, a 576 x 16,384 linear, 2 threads, min of
 // 150: fp32 6 rows 1.94-2.77 -> 1.21-1.28 ms, 8 rows 1.97-2.70 -> 1.35-1.49, 16 rows 3.06-4.24 -> 2.54-2.55; bf16 8
 // rows 0.76-0.98 -> 0.62-0.67.
-void wide_chunk(const LinearJob& c, int64_t p0, int64_t p1, const float* wf) {
-  const bool bf16 = c.fmt == kBf16;
-  const int64_t depth = bf16 ? c.K2 : c.K;  // reduction steps: pairs (bf16) or rows
-  const int64_t rows = std::min<int64_t>(c.M, wide_rows());
-  const int64_t slab = c.M <= rows ? depth : kSlab, pf = slab < depth ? slab : kPrefetchRows;
-  for (int64_t k0 = 0; k0 < depth; k0 += slab) {
-    const int64_t k1 = std::min(depth, k0 + slab);
-    const bool first = k0 == 0, last = k1 == depth;
-    for (int64_t m0 = 0; m0 < c.M; m0 += rows) {
-      const int rm = (int)std::min<int64_t>(rows, c.M - m0);
-      for (int64_t p = p0; p < p1; p += kWideRN) {
-        const int rn = (int)std::min<int64_t>(kWideRN, p1 - p);
-        const int64_t n0 = p * kLanes;
-        float* y = c.y + m0 * c.N + n0;
-        const float* bias = last && c.bias ? c.bias + n0 : nullptr;
-        const float* res = last && c.res ? c.res + m0 * c.N + n0 : nullptr;
-#if defined(MSE_NATIVE_BF16)
-        if (bf16) {
-          const BlockBf16 block = rm > kMaxRM ? kWideBf16[rm - kMaxRM - 1][rn - 1] : kBlocksBf16[rm - 1][rn - 1];
-          block(c.xq + m0 * c.K2, c.K2, c.wb + p * c.K2 * 2 * kLanes, c.K2, k0, k1, pf, y, c.N, bias, res, first,
-                c.N - n0);
-          continue;
-        }
-#endif
-        const BlockF32 block = rm > kMaxRM ? kWideF32[rm - kMaxRM - 1][rn - 1] : kBlocksF32[rm - 1][rn - 1];
-        block(c.x + m0 * c.K, c.K, wf + (p - p0) * c.K * kLanes, c.K, k0, k1, pf, y, c.N, bias, res, first, c.N - n0);
-      }
-    }
-  }
-}
-#else
-void wide_chunk(const LinearJob&, int64_t, int64_t, const float*) {}  // never called: wide_rows() == kMaxRM here
-#endif
-
-// Panels [p0, p1) of a job whose weights are fp32 panels (wf: panel p0; dense jobs pass their own) or bf16
-// panels: for each K slab, every row block of the panels.
-void dense_chunk(const LinearJob& c, int64_t p0, int64_t p1, const float* wf) {
+int64_t dense_rows(const LinearJob& c) {
   const int wr = wide_rows();
-  // bf16 (native) only up to wr rows: at 9-16 its two blocks per slab were no faster than the 4-row blocks
 #if defined(MSE_NATIVE_BF16)
   const bool wide_fmt = c.fmt == kF32 || (c.fmt == kBf16 && c.M <= wr);
 #else
   const bool wide_fmt = c.fmt == kF32;
 #endif
-  if (wide_fmt && wr > kMaxRM && c.M > kMaxRM && c.M <= 2 * wr) return wide_chunk(c, p0, p1, wf);
+  return wide_fmt && wr > kMaxRM && c.M > kMaxRM && c.M <= 2 * wr ? wr : kMaxRM;
+}
+
+// The register block of `rm` dense rows x `rn` panels, and its widest `rn` (dense_panels).
+int dense_panels(int rm) {
+#if defined(MSE_ISA_AVX512)
+  if (rm > kMaxRM) return kWideRN;
+#endif
+  return std::min(kMaxRN, panels_for_rows(rm));
+}
+BlockF32 f32_block(int rm, int rn) {
+#if defined(MSE_ISA_AVX512)
+  if (rm > kMaxRM) return kWideF32[rm - kMaxRM - 1][rn - 1];
+#endif
+  return kBlocksF32[rm - 1][rn - 1];
+}
+BlockBf16 bf16_block(int rm, int rn) {
+#if defined(MSE_NATIVE_BF16)
+  if (rm > kMaxRM) return kWideBf16[rm - kMaxRM - 1][rn - 1];
+#endif
+  return kBlocksBf16[rm - 1][rn - 1];
+}
+
+// Panels [p0, p1) of a job whose weights are fp32 panels (wf: panel p0; dense jobs pass their own) or bf16
+// panels: for each K slab, every row block of the panels.
+void dense_chunk(const LinearJob& c, int64_t p0, int64_t p1, const float* wf) {
   const int64_t depth = c.fmt == kBf16 ? c.K2 : c.K;  // reduction steps: pairs (bf16) or rows
-  const int64_t slab = slab_for_rows(c.M, depth), pf = slab < depth ? slab : kPrefetchRows;
+  const int64_t rows = dense_rows(c);
+  const int64_t slab = slab_for_rows(c.M, rows, depth), pf = slab < depth ? slab : kPrefetchRows;
   for (int64_t k0 = 0; k0 < depth; k0 += slab) {
     const int64_t k1 = std::min(depth, k0 + slab);
     const bool first = k0 == 0;
     const bool last = k1 == depth;
-    for (int64_t m0 = 0; m0 < c.M; m0 += kMaxRM) {
-      const int rm = (int)std::min<int64_t>(kMaxRM, c.M - m0);
-      const int rn_max = std::min(kMaxRN, panels_for_rows(rm));
+    for (int64_t m0 = 0; m0 < c.M; m0 += rows) {
+      const int rm = (int)std::min<int64_t>(rows, c.M - m0), rn_max = dense_panels(rm);
       for (int64_t p = p0; p < p1; p += rn_max) {
         const int rn = (int)std::min<int64_t>(rn_max, p1 - p);
         const int64_t n0 = p * kLanes;
@@ -489,11 +480,11 @@ void dense_chunk(const LinearJob& c, int64_t p0, int64_t p1, const float* wf) {
         const float* bias = last && c.bias ? c.bias + n0 : nullptr;
         const float* res = last && c.res ? c.res + m0 * c.N + n0 : nullptr;
         if (c.fmt == kBf16) {
-          kBlocksBf16[rm - 1][rn - 1](c.xq + m0 * c.K2, c.K2, c.wb + p * c.K2 * 2 * kLanes, c.K2, k0, k1, pf, y, c.N,
-                                      bias, res, first, c.N - n0);
+          bf16_block(rm, rn)(c.xq + m0 * c.K2, c.K2, c.wb + p * c.K2 * 2 * kLanes, c.K2, k0, k1, pf, y, c.N, bias,
+                             res, first, c.N - n0);
         } else {
-          kBlocksF32[rm - 1][rn - 1](c.x + m0 * c.K, c.K, wf + (p - p0) * c.K * kLanes, c.K, k0, k1, pf, y, c.N, bias,
-                                     res, first, c.N - n0);
+          f32_block(rm, rn)(c.x + m0 * c.K, c.K, wf + (p - p0) * c.K * kLanes, c.K, k0, k1, pf, y, c.N, bias, res,
+                            first, c.N - n0);
         }
       }
     }
