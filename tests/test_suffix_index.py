@@ -1,6 +1,7 @@
 """The suffix index finds what a naive scan finds, incrementally: earlier occurrences of the sequence's
 suffixes (longest first, most recent first), their continuations merged into a trie, and the scores read
-from the calibration table."""
+from the calibration table. The index tests run on both implementations (the Python reference and the kernel
+library's ``NativeSuffixIndex``), and the native proposals equal the reference's bit for bit."""
 
 import json
 
@@ -12,8 +13,11 @@ from hypothesis import strategies as st
 from mindspore_eagle.draft.calibration import (ROLE_LEADER, ROLE_ONLY, ROLE_OTHER, ROLE_TIED, ROLES, NodeFeatures,
                                                SuffixCalibration, default_calibration, fit_calibration,
                                                node_features)
-from mindspore_eagle.draft.suffix import (Match, SuffixConfig, SuffixIndex, continuation_trie, score_trie,
-                                          suffix_candidates)
+from mindspore_eagle.draft import native_suffix
+from mindspore_eagle.draft.native_suffix import NativeSuffixIndex, new_suffix_index
+from mindspore_eagle.draft.online_calibration import OnlineCalibration
+from mindspore_eagle.draft.suffix import (MAX_TOKEN_ID, Match, SuffixConfig, SuffixIndex, continuation_trie,
+                                          score_trie, suffix_candidates, suffix_proposal)
 from mindspore_eagle.errors import ConfigError
 
 
@@ -51,12 +55,14 @@ def naive_continuations(seq, matches, depth):
 
 
 sequences = st.lists(st.integers(0, 2), min_size=1, max_size=60)
+INDEXES = pytest.mark.parametrize("index_cls", [SuffixIndex, NativeSuffixIndex], ids=["python", "native"])
 
 
+@INDEXES
 @settings(max_examples=150, deadline=None)
 @given(seq=sequences, max_match=st.integers(1, 6), max_occ=st.integers(1, 6), min_match=st.integers(1, 3))
-def test_matches_equal_a_naive_scan_at_every_prefix(seq, max_match, max_occ, min_match):
-    index = SuffixIndex(max_match)
+def test_matches_equal_a_naive_scan_at_every_prefix(index_cls, seq, max_match, max_occ, min_match):
+    index = index_cls(max_match)
     for i, t in enumerate(seq):
         index.extend([t])
         prefix = seq[:i + 1]
@@ -69,13 +75,14 @@ def test_matches_equal_a_naive_scan_at_every_prefix(seq, max_match, max_occ, min
                                                                              for d in range(1, max_match + 1)]
 
 
+@INDEXES
 @settings(max_examples=100, deadline=None)
 @given(seq=sequences, max_match=st.integers(1, 5), cuts=st.lists(st.integers(0, 60), max_size=6),
        pattern=st.lists(st.integers(0, 2), min_size=1, max_size=5))
-def test_incremental_extension_equals_a_rebuild(seq, max_match, cuts, pattern):
-    whole = SuffixIndex(max_match)
+def test_incremental_extension_equals_a_rebuild(index_cls, seq, max_match, cuts, pattern):
+    whole = index_cls(max_match)
     whole.extend(seq)
-    chunked = SuffixIndex(max_match)
+    chunked = index_cls(max_match)
     bounds = sorted({0, len(seq), *[c for c in cuts if c <= len(seq)]})
     for a, b in zip(bounds, bounds[1:]):
         chunked.extend(np.asarray(seq[a:b], np.int64))  # numpy input too
@@ -124,8 +131,9 @@ def test_a_loop_is_continued_periodically():
     assert trie.periodic.tolist() == [False, False, False, False, True, True, True, True]
 
 
-def test_match_at_least_refuses_a_length_the_index_does_not_hold():
-    index = SuffixIndex(4)
+@INDEXES
+def test_match_at_least_refuses_a_length_the_index_does_not_hold(index_cls):
+    index = index_cls(4)
     index.extend([1, 2, 1, 2])
     assert index.match_at_least(2) and not index.match_at_least(3)
     for bad in (0, 5):
@@ -133,18 +141,93 @@ def test_match_at_least_refuses_a_length_the_index_does_not_hold():
             index.match_at_least(bad)
 
 
-def test_extend_refuses_negative_ids_and_configs_name_the_field():
-    index = SuffixIndex(3)
-    with pytest.raises(ConfigError, match="negative"):
-        index.extend([1, -2])
+@INDEXES
+def test_extend_refuses_ids_out_of_range_before_appending_and_configs_name_the_field(index_cls):
+    index = index_cls(3)
+    index.extend([4, 5])
+    for bad in (-2, MAX_TOKEN_ID + 1):
+        with pytest.raises(ConfigError, match=f"token id {bad} is outside"):
+            index.extend([1, bad])
+    assert list(index.tokens) == [4, 5] and index.count([4, 5]) == 1  # nothing of a refused call was appended
+    index.extend([MAX_TOKEN_ID])
+    assert index.count([MAX_TOKEN_ID]) == 1 and index.count([MAX_TOKEN_ID + 1]) == 0
     with pytest.raises(ConfigError, match="max_match"):
-        SuffixIndex(0)
+        index_cls(0)
     with pytest.raises(ConfigError, match="SuffixConfig.max_depth"):
         SuffixConfig(max_depth=0)
     with pytest.raises(ConfigError, match="min_match"):
         SuffixConfig(max_match=2, min_match=3)
     with pytest.raises(ConfigError, match="index is empty"):
-        suffix_candidates(SuffixIndex(2), SuffixConfig(), default_calibration())
+        suffix_candidates(index_cls(2), SuffixConfig(), default_calibration())
+
+
+# ----- the native index proposes what the reference proposes --------------------------------------------------
+
+
+def assert_same_proposal(reference, native, cfg, calibration):
+    (ta, fa), (tb, fb) = suffix_proposal(reference, cfg, calibration), suffix_proposal(native, cfg, calibration)
+    for name, a, b in (("tokens", ta.tokens, tb.tokens), ("parents", ta.parents, tb.parents),
+                       ("m_eff", fa.m_eff, fb.m_eff), ("role", fa.role, fb.role), ("count", fa.count, fb.count)):
+        assert a.tolist() == b.tolist(), name
+    assert ta.probs.tobytes() == tb.probs.tobytes(), "probabilities differ in their bits"
+
+
+def learnt_calibration(seed):
+    """An ``OnlineCalibration`` whose per-bucket ratios moved away from 1 (as after some observed steps)."""
+    cal = OnlineCalibration(default_calibration())
+    rng = np.random.default_rng(seed)
+    cal.hits = cal.hits + rng.random(cal.hits.shape) * 6
+    return cal
+
+
+@settings(max_examples=120, deadline=None)
+@given(seq=st.lists(st.integers(0, 5), min_size=1, max_size=120), period=st.integers(0, 7),
+       max_match=st.integers(1, 18), max_occ=st.integers(1, 9), depth=st.integers(1, 36), min_match=st.integers(1, 4),
+       max_candidates=st.integers(1, 70), steps=st.lists(st.integers(1, 4), min_size=1, max_size=30),
+       online=st.booleans())
+def test_native_proposals_equal_the_reference_bit_for_bit(seq, period, max_match, max_occ, depth, min_match,
+                                                           max_candidates, steps, online):
+    if period:  # a loop, as a small greedy model falls into: the periodic continuations and the deepest tries
+        seq = (seq[:period] * (len(seq) // period + 1))[:len(seq)]
+    cfg = SuffixConfig(max_match=max_match, max_occurrences=max_occ, max_depth=depth,
+                       min_match=min(min_match, max_match), max_candidates=max_candidates)
+    calibration = learnt_calibration(len(seq)) if online else default_calibration()
+    reference, native = SuffixIndex(max_match), NativeSuffixIndex(max_match)
+    pos = 0
+    for step in steps * (len(seq) // sum(steps) + 1):
+        if pos >= len(seq):
+            break
+        reference.extend(seq[pos:pos + step])
+        native.extend(seq[pos:pos + step])
+        pos += step
+        assert native.num_nodes == reference.num_nodes
+        assert_same_proposal(reference, native, cfg, calibration)
+
+
+def test_native_proposals_equal_the_reference_on_the_evaluation_trace():
+    """Real conversations: eight turns of the committed 240-turn trace (prompt, then the greedy output three tokens
+    a step, as a speculative step commits), the default settings and shipped table."""
+    from scripts.replay_suffix import load_turns
+
+    turns = load_turns("results/eval-default/merged.jsonl.gz")
+    cfg, calibration = SuffixConfig(), default_calibration()
+    for turn in turns[::30]:
+        reference, native = SuffixIndex(cfg.max_match), NativeSuffixIndex(cfg.max_match)
+        reference.extend(turn.prompt)
+        native.extend(turn.prompt)
+        for i in range(0, len(turn.output), 3):
+            assert_same_proposal(reference, native, cfg, calibration)
+            reference.extend(turn.output[i:i + 3])
+            native.extend(turn.output[i:i + 3])
+        assert native.longest_match() == reference.longest_match()
+
+
+def test_proposers_draft_with_the_native_index_where_the_library_loads(monkeypatch):
+    assert isinstance(new_suffix_index(16), NativeSuffixIndex)
+    monkeypatch.setattr(native_suffix, "_library", lambda: None)  # no kernel library: the Python reference
+    assert type(new_suffix_index(16)) is SuffixIndex
+    with pytest.raises(ConfigError, match="kernel library is unavailable"):
+        NativeSuffixIndex(16)
 
 
 # ----- features, scores, calibration ----------------------------------------------------------------------

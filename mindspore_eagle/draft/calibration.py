@@ -96,6 +96,10 @@ class SuffixCalibration:
         """float64 [N]: the table entry of every node."""
         return self._array[self.cells(f)]
 
+    def q_table(self) -> np.ndarray:
+        """float64 [m_eff buckets, roles, count buckets]: every cell's q (what ``q`` reads; read-only)."""
+        return self._array
+
     def to_dict(self) -> dict:
         return {"match_edges": list(self.match_edges), "count_edges": list(self.count_edges), "roles": list(ROLES),
                 "table": [[list(r) for r in p] for p in self.table], "source": self.source}

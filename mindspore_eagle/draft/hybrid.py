@@ -66,7 +66,8 @@ from .merge import (SOURCE_BOTH, SOURCE_EAGLE, SOURCE_ROOT, SOURCE_SUFFIX, Candi
                     SourcedCandidates, select, union)
 from .online_calibration import OnlineCalibration, labelled_nodes
 from .calibration import NodeFeatures, SuffixCalibration, default_calibration
-from .suffix import SuffixConfig, SuffixIndex, suffix_proposal
+from .native_suffix import new_suffix_index
+from .suffix import SuffixConfig, suffix_proposal
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ class HybridProposer:
         self._catch_up_excess_ms = 0.0  # the catch-up beyond this step's share (tracker's accounting)
         self._clock = clock
         self._proposed_at: float | None = None
-        self.index = SuffixIndex(self.suffix_cfg.max_match)
+        self.index = new_suffix_index(self.suffix_cfg.max_match)
         self.profile = EagleProfile()
         self.log: list[StepProposal] = []
         self._pending_tokens: list[int] = []

@@ -80,6 +80,10 @@ class OnlineCalibration:
         i, r, k = self.cells(f)
         return np.minimum(self._table[i, r, k] * self.ratio[i], self.q_max)
 
+    def q_table(self) -> np.ndarray:
+        """float64 [m_eff buckets, roles, count buckets]: every cell's q now (``q`` reads the same numbers)."""
+        return np.minimum(self._table * self.ratio[:, None, None], self.q_max)
+
     def observe(self, f: NodeFeatures, accepted: np.ndarray) -> None:
         """One verified step: ``f`` the features of the nodes whose parent path was accepted, ``accepted`` (bool)
         whether each was accepted too. Decays the old evidence first, even for a step without labels."""

@@ -58,8 +58,12 @@ from .calibration import NodeFeatures, SuffixCalibration, node_features
 NO_OCCURRENCE = 0
 """``prev`` / ``last`` value meaning "no (earlier) occurrence": continuation starts are always >= 1."""
 
+MAX_TOKEN_ID = 2**31 - 1
+"""Largest token id an index takes (the native index packs a node and a token into 64 bits); vocabularies are far
+smaller."""
 
-def _check_positive(owner: str, name: str, value, low: int = 1) -> None:
+
+def check_positive(owner: str, name: str, value, low: int = 1) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise ConfigError(f"{owner}.{name}={value!r}: must be an integer >= {low}")
 
@@ -81,7 +85,7 @@ class SuffixIndex:
     suffixes. ``reset`` forgets everything (a new conversation)."""
 
     def __init__(self, max_match: int = 16):
-        _check_positive("SuffixIndex", "max_match", max_match)
+        check_positive("SuffixIndex", "max_match", max_match)
         self.max_match = max_match
         self.reset()
 
@@ -125,14 +129,16 @@ class SuffixIndex:
 
     # ----- updates ----------------------------------------------------------------------------------------
     def extend(self, tokens: Iterable[int]) -> None:
-        """Append ``tokens`` (non-negative ids) to the sequence and index every new occurrence."""
+        """Append ``tokens`` (ids in [0, 2^31)) to the sequence and index every new occurrence; an id outside that
+        range is refused before any token is appended."""
+        new = [int(t) for t in tokens]
+        for t in new:
+            if not 0 <= t <= MAX_TOKEN_ID:
+                raise ConfigError(f"SuffixIndex.extend: token id {t} is outside [0, {MAX_TOKEN_ID}]")
         seq, children, last, count = self._seq, self._children, self._last, self._count
         rows = self._prev[1:]  # rows[d - 1] = _prev[d]: the active node of depth d - 1 grows into depth d
         active = self._active
-        for t in tokens:
-            t = int(t)
-            if t < 0:
-                raise ConfigError(f"SuffixIndex.extend: token id {t} is negative")
+        for t in new:
             seq.append(t)
             s = len(seq)  # continuation start of every occurrence ending at the new token
             new_active = [0]
@@ -273,7 +279,7 @@ class SuffixConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_match", "max_occurrences", "max_depth", "min_match", "max_candidates"):
-            _check_positive("SuffixConfig", name, getattr(self, name))
+            check_positive("SuffixConfig", name, getattr(self, name))
         if self.min_match > self.max_match:
             raise ConfigError(f"SuffixConfig.min_match={self.min_match} exceeds max_match={self.max_match}")
 
@@ -307,9 +313,13 @@ def suffix_candidates(index: SuffixIndex, cfg: SuffixConfig, calibration: Suffix
 def suffix_proposal(index: SuffixIndex, cfg: SuffixConfig, calibration):
     """``(CandidateTree, NodeFeatures)``: ``suffix_candidates``'s tree and the features its scores were read from,
     node for node (what ``OnlineCalibration.observe`` needs once the step is verified). ``calibration``: a
-    ``SuffixCalibration`` or anything with its ``cells`` / ``q`` (``OnlineCalibration``)."""
+    ``SuffixCalibration`` or anything with its ``cells`` / ``q`` (``OnlineCalibration``). A ``NativeSuffixIndex``
+    computes the same (bit for bit) in the kernel library (``draft.native_suffix``)."""
     from .merge import CandidateTree
 
+    native = getattr(index, "propose", None)
+    if native is not None:
+        return native(cfg, calibration)
     if len(index) == 0:
         raise ConfigError("suffix_candidates: the index is empty (call extend with the prompt first)")
     matches = index.matches(cfg.max_occurrences, cfg.min_match)

@@ -3,9 +3,10 @@ line why not.
 
 ``compute.cc`` (the arithmetic, on simd.h's 16-lane vector) is compiled once per instruction-set path of this
 architecture (``PATHS``: avx512bf16, avx512, avx2 and generic on x86-64; neon and generic on AArch64), each
-object with its own flags; ``isa.cc``, ``linear.cc``, ``attention.cc``, ``layer.cc``, ``rows.cc`` and ``argmax.cc``
-are compiled for the baseline and link them into one shared library (a function that needs more than its path's
-flags, as compute.cc's AVX512-VNNI blocks, names its target itself and runs only where isa.cc finds it). At load,
+object with its own flags; ``isa.cc``, ``linear.cc``, ``attention.cc``, ``layer.cc``, ``rows.cc``, ``argmax.cc`` and
+``suffix.cc`` (the suffix drafting's index, host-side) are compiled for the baseline and link them into one shared
+library (a function that needs more than its path's flags, as compute.cc's AVX512-VNNI blocks, names its target
+itself and runs only where isa.cc finds it). At load,
 ``isa.cc`` picks the best path the processor runs (``MSE_KERNEL_ISA`` names another), before any wider instruction
 executes: the same file serves every CPU of its architecture, and tests run every path this CPU can, comparing their
 bits.
@@ -40,7 +41,7 @@ from ..storage.paths import home
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = tuple(os.path.join(_HERE, name) for name in ("isa.cc", "linear.cc", "attention.cc", "layer.cc", "rows.cc",
-                                                       "argmax.cc"))
+                                                       "argmax.cc", "suffix.cc"))
 COMPUTE = os.path.join(_HERE, "compute.cc")  # compiled once per instruction-set path
 HEADERS = tuple(os.path.join(_HERE, name) for name in ("kernels.h", "simd.h"))
 CXX = "g++"
