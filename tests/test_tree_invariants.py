@@ -91,6 +91,18 @@ def test_each_catalogued_corruption_raises_naming_node_and_rule(name):
     assert rule in message, message
 
 
+@pytest.mark.parametrize("field,value", [("valid", False), ("parents", 1), ("parents", -1), ("depth", 1),
+                                         ("tokens", -1), ("tokens", VOCAB)])
+def test_a_root_alone_is_held_to_the_same_rules(field, value):
+    # one-node layouts (a batch step has one per decoding request) take check_tree's scalar path
+    root = TreeLayout.single(7)
+    check_tree(root, VOCAB)
+    bad = corrupt(root, **{field: (0, value)})
+    assert not spec_is_valid(bad.tokens, bad.parents, bad.depth, bad.valid, VOCAB)
+    with pytest.raises(TreeInvariantError, match="node 0"):
+        check_tree(bad, VOCAB)
+
+
 def test_cycle_message_spells_out_the_cycle():
     with pytest.raises(TreeInvariantError, match=r"cycle 1 -> 3 -> 1"):
         check_tree(CATALOGUE["cycle"][0], VOCAB)

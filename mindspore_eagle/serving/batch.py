@@ -138,18 +138,23 @@ def _best_plan(per_request: Sequence[np.ndarray], fixed_rows: int, costs: Verify
     flat = [(float(p), i) for i, ps in enumerate(per_request) for p in np.asarray(ps, np.float64).reshape(-1)]
     flat.sort(key=lambda x: -x[0])
     cum = np.concatenate([[0.0], np.cumsum([p for p, _ in flat])])
-    r = len(per_request)
+    return flat, _best_bucket(cum, len(per_request), fixed_rows, costs, extra_ms)
+
+
+def _best_bucket(cum: np.ndarray, requests: int, fixed_rows: int, costs: VerifyCosts, extra_ms: float):
+    """(rate, bucket, drafts taken) of the bucket with the most expected tokens per ms: ``cum[k]`` is the sum of the
+    ``k`` best candidates' estimates (``cum[0] = 0``), each request's root one token more."""
     best = None
     for bucket, ms in costs.bucket_ms:
         if bucket < fixed_rows:
             continue
-        k = min(bucket - fixed_rows, len(flat))
-        rate = (r + cum[k]) / (ms + extra_ms)
+        k = min(bucket - fixed_rows, cum.shape[0] - 1)
+        rate = (requests + cum[k]) / (ms + extra_ms)
         if best is None or rate > best[0] + 1e-12:
             best = (rate, bucket, k)
     if best is None:
         raise ConfigError(f"{fixed_rows} rows exceed the largest bucket {costs.bucket_ms[-1][0]}")
-    return flat, best
+    return best
 
 
 def plan_growth(suffix: Sequence[np.ndarray], head: Sequence[np.ndarray], wanting: Sequence[int], fixed_rows: int,
@@ -173,14 +178,19 @@ def plan_growth(suffix: Sequence[np.ndarray], head: Sequence[np.ndarray], wantin
         return []
     gain = {i: float(np.sum(head[i])) for i in wanting}
     order = sorted(wanting, key=lambda i: -gain[i])
-    best_rate, best_g = _best_plan(suffix, fixed_rows, costs, 0.0)[1][0], 0
+    # the best plan's rate depends only on every candidate's estimate, not on whose it is: rank them all at once
+    suffix_all = [np.asarray(s, np.float64).reshape(-1) for s in suffix]
+
+    def rate(grown: list[int], extra_ms: float) -> float:
+        values = np.sort(np.concatenate(suffix_all + [np.asarray(head[i], np.float64).reshape(-1) for i in grown]))
+        cum = np.concatenate([[0.0], np.cumsum(values[::-1])])
+        return _best_bucket(cum, len(suffix), fixed_rows, costs, extra_ms)[0]
+
+    best_rate, best_g = rate([], 0.0), 0
     for g in range(1, len(order) + 1):
-        grown = set(order[:g])
-        lists = [np.sort(np.concatenate([np.asarray(s, np.float64), np.asarray(head[i], np.float64)]))[::-1]
-                 if i in grown else s for i, s in enumerate(suffix)]
-        rate = _best_plan(lists, fixed_rows, costs, float(growth_ms(g)))[1][0]
-        if rate > best_rate + 1e-12:
-            best_rate, best_g = rate, g
+        r = rate(order[:g], float(growth_ms(g)))
+        if r > best_rate + 1e-12:
+            best_rate, best_g = r, g
     return sorted(order[:best_g])
 
 

@@ -52,6 +52,8 @@ def tree_visibility(layout: TreeLayout) -> np.ndarray:
     are the root, which is already an ancestor of every real row, so setting them again changes nothing.
     """
     n = layout.num_nodes
+    if n == 1:  # the root alone (a real node by check_tree): sees itself
+        return np.ones((1, 1), np.bool_)
     table = layout.ancestor_table()  # [N, D]
     vis = np.zeros((n, n), dtype=np.bool_)
     vis[np.arange(n)[:, None], table] = True
