@@ -290,16 +290,18 @@ def test_bench_batch_compares_every_run_with_c1_greedy_and_the_single_request_en
 
 
 def test_bench_batch_rounds_pair_the_modes_and_summarise_their_medians(stack, prompts):
-    """Each concurrency (and the single-request reference) runs ``rounds`` pairs (plain, then speculative) back to
-    back; the summary's ratios are of the medians and every round keeps its own; a rounds value below 1 is refused
-    before anything runs."""
+    """Each round runs the single-request reference's pair, then every concurrency's pair (plain, then speculative,
+    back to back), so a c = 1 run and its reference are a minute apart; the summary's ratios are of the medians and
+    every round keeps its own; a rounds value below 1 is refused before anything runs."""
     from mindspore_eagle.serving.bench import bench_batch
     from mindspore_eagle.serving.stack import single_proposer
 
     lines = []
     summary = bench_batch(stack.engine, prompts[:2], [1, 2], 4, stack.eos, None, log=lines.append, rounds=3)
-    runs = [json.loads(line) for line in lines[3:]]  # after the single-request engine's three greedy runs
-    assert [(r["concurrency"], r["round"]) for r in runs] == [(c, k) for c in (1, 2) for k in range(3)]
+    logged = [json.loads(line) for line in lines]
+    assert [("single" if r.get("single_engine") else r["concurrency"], r["round"]) for r in logged] == [
+        (x, k) for k in range(3) for x in ("single", 1, 2)]
+    runs = [r for r in logged if not r.get("single_engine")]
     assert summary["rounds"] == 3 and summary["all_lossless"]
     c2 = sorted(r["tok_s"] for r in runs if r["concurrency"] == 2)
     c1 = sorted(r["tok_s"] for r in runs if r["concurrency"] == 1)
@@ -307,7 +309,9 @@ def test_bench_batch_rounds_pair_the_modes_and_summarise_their_medians(stack, pr
     lines.clear()
     summary = bench_batch(stack.engine, prompts[:2], [1], 4, stack.eos, single_proposer(stack), log=lines.append,
                           rounds=2)
-    singles, runs = [json.loads(line) for line in lines[:4]], [json.loads(line) for line in lines[4:]]
+    logged = [json.loads(line) for line in lines]
+    singles, runs = [r for r in logged if r.get("single_engine")], [r for r in logged if not r.get("single_engine")]
+    assert [bool(r.get("single_engine")) for r in logged] == [True, True, False, False] * 2
     assert [(r["round"], r["speculative"]) for r in singles] == [(0, False), (0, True), (1, False), (1, True)]
     plain = (singles[0]["tok_s"] + singles[2]["tok_s"]) / 2  # the median of two
     assert summary["c1_over_single_engine"]["greedy"] == round(

@@ -7,8 +7,9 @@ no speculation) is the reference every other run's tokens are compared with (gre
 ``request_steps``); the last line is the summary: throughput per run, speculation's ratio per concurrency and each
 concurrency's throughput over c = 1 greedy.
 
-``rounds``: how many times each concurrency's pair (without, then with speculation) runs, the pairs back to back
-(and the single-request engine's pair, the c = 1 reference, as many times before them).
+``rounds``: how many times each concurrency's pair (without, then with speculation) runs, the pairs back to back;
+each round starts with the single-request engine's pair (the c = 1 reference), so that the c = 1 runs it is
+compared with ran a minute later, not a whole sweep later.
 Why: on a shared VM the same forward's speed drifts by up to 1.5x between minutes, more than speculation's effect
 at high concurrency, so one pair cannot say whether speculation is below plain decoding "beyond noise". With
 several rounds the summary gives per concurrency the median throughput of each mode, speculation's ratio of the
@@ -94,16 +95,15 @@ def bench_batch(engine: BatchEngine, prompts: Sequence[Sequence[int]], concurren
     modes = (False, True) if speculative else (False,)
     for spec in modes:  # compile the batch-1 engine's own graphs (commit moves)
         run_single(engine, prompts[:2], 8, eos, single_proposer if spec else None)
-    for round_ in range(rounds):
+    runs, ref = [], None
+    for round_ in range(rounds):  # each round: the single-request pair, then every concurrency's pair
         for spec in modes:
             r = run_single(engine, prompts, max_new_tokens, eos, single_proposer if spec else None)
             r.pop("_tokens")
             r["round"] = round_
             log(json.dumps(r))
             singles.setdefault(spec, []).append(r["tok_s"])
-    runs, ref = [], None
-    for c in concurrencies:
-        for round_ in range(rounds):
+        for c in concurrencies:
             for spec in modes:
                 r = run_load(engine, prompts, c, max_new_tokens, eos, spec)
                 toks = r.pop("_tokens")
