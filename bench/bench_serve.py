@@ -10,10 +10,14 @@ Per run: completion tokens / wall seconds (``tok_s``), time to first token and i
 the streamed chunks' arrival; a chunk of ours may carry several accepted tokens, whose gaps count as 0), and
 ``same_as_c1``: on how many prompts the text equals the same server's c = 1 text (speculation off for ours) --
 ours must give all of them (lossless at any concurrency); llama.cpp serves one request at a time and its numbers
-are what it is. Prints one JSON line per run; the last line is the summary.
+are what it is. System ``engine`` (in ``--systems``, run just before our server) is the reference of issue 32's c = 1
+target: ``mindspore-eagle bench`` on the same prompts and tokens in its own process (the single-request engine,
+greedy and speculative; its tok/s count the prompt's time, as the server's do), and the summary's
+``ours_c1_over_engine`` is our server at c = 1 over it (``ours_c1_ttft_p50_minus_engine_ms``: the same for the
+median time to first token). Prints one JSON line per run; the last line is the summary.
 
     python bench/bench_serve.py [--prompts 16] [--max-tokens 64] [--concurrency 1,2,4,8,16]
-        [--llamacpp-python .venv-llamacpp/bin/python] [--systems ours,llamacpp] [--max-seqs 16]
+        [--llamacpp-python .venv-llamacpp/bin/python] [--systems engine,ours,llamacpp] [--max-seqs 16]
         [--ours-flags '--dtype bfloat16']
 
 llama.cpp's server needs ``make bench-peers-setup`` (its venv with the server's dependencies).
@@ -117,6 +121,20 @@ def start_ours(port: int, max_seqs: int, max_len: int, flags: list[str]) -> subp
                             + flags, stdout=subprocess.DEVNULL, stderr=sys.stderr, cwd=ROOT)
 
 
+def run_engine(prompts: int, max_tokens: int, flags: list[str]) -> list[dict]:
+    """``mindspore-eagle bench`` (the single-request engine) on the same first turns, in its own process: rows
+    ``engine greedy`` and ``engine spec`` (c = 1) from its JSON line."""
+    proc = subprocess.run([sys.executable, "-m", "mindspore_eagle.app.cli", "bench", "--prompts", f"evalset:{prompts}",
+                           "--max-new-tokens", str(max_tokens)] + flags, capture_output=True, text=True, cwd=ROOT)
+    last = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not last:
+        raise RuntimeError(f"mindspore-eagle bench exited with {proc.returncode}: {proc.stderr[-500:]}")
+    out = json.loads(last[-1])
+    return [{"system": f"engine {mode}", "concurrency": 1, "requests": out["turns"], "tok_s": out[f"tok_s_{mode}"],
+             "ttft_p50_ms": out["ttft_ms_p50"][mode], "lossless_turns": out["lossless_turns"]}
+            for mode in ("greedy", "spec")]
+
+
 def start_llamacpp(python: str, port: int, gguf: str, n_ctx: int) -> subprocess.Popen:
     return subprocess.Popen([python, "-m", "llama_cpp.server", "--model", gguf, "--n_threads", "2",
                              "--n_threads_batch", "2", "--n_ctx", str(n_ctx), "--port", str(port),
@@ -155,6 +173,13 @@ def main() -> int:
     conc = [int(c) for c in a.concurrency.split(",")]
     runs = []
     systems = a.systems.split(",")
+    unknown = set(systems) - {"engine", "ours", "llamacpp"}
+    if unknown:
+        ap.error(f"--systems: unknown {sorted(unknown)} (engine, ours, llamacpp)")
+    if "engine" in systems:
+        for row in run_engine(a.prompts, a.max_tokens, shlex.split(a.ours_flags)):
+            print(json.dumps(row), flush=True)
+            runs.append(row)
     if "ours" in systems:
         port = free_port()
         proc = start_ours(port, max(a.max_seqs, max(conc)), a.max_cache_len, shlex.split(a.ours_flags))
@@ -198,6 +223,12 @@ def main() -> int:
         summary["ours_over_c1_greedy"] = {c: round(max(by[("ours greedy", c)], by[("ours spec", c)]) / base, 2)
                                           for c in conc}
         summary["spec_over_greedy"] = {c: round(by[("ours spec", c)] / by[("ours greedy", c)], 2) for c in conc}
+    if ("engine greedy", 1) in by and ("ours greedy", 1) in by:
+        summary["ours_c1_over_engine"] = {mode: round(by[(f"ours {mode}", 1)] / by[(f"engine {mode}", 1)], 3)
+                                          for mode in ("greedy", "spec")}
+        ttft = {(r["system"], r["concurrency"]): r["ttft_p50_ms"] for r in runs}
+        summary["ours_c1_ttft_p50_minus_engine_ms"] = {
+            mode: round(ttft[(f"ours {mode}", 1)] - ttft[(f"engine {mode}", 1)], 1) for mode in ("greedy", "spec")}
     if ("llamacpp q4_1", 1) in by and ("ours spec", 1) in by:
         summary["ours_best_over_llamacpp"] = {c: round(max(by[("ours greedy", c)], by[("ours spec", c)]) /
                                                        by[("llamacpp q4_1", c)], 2) for c in conc}

@@ -108,8 +108,8 @@ def speedup_stats(speedups: Sequence[float], percentiles: Sequence[int] = (50, 9
 
 def summarize(results: Sequence[Comparison]) -> dict:
     """The bench JSON: turns, lossless turns, tau (mean tokens per cycle over all cycles), speedups, speeds,
-    and the host overhead share (spec time in host work of the steps -- checks, mask, acceptance -- over spec
-    total)."""
+    the host overhead share (spec time in host work of the steps -- checks, mask, acceptance -- over spec
+    total) and the median time to first token of each mode."""
     speedups = [r.speedup for r in results]
     emitted = [s.emitted for r in results for s in r.spec.steps]
     spec_total = sum(r.spec.total_s for r in results)
@@ -121,6 +121,8 @@ def summarize(results: Sequence[Comparison]) -> dict:
         "tok_s_greedy": round(sum(len(r.greedy.tokens) for r in results) / sum(r.greedy.total_s for r in results), 3),
         "tok_s_spec": round(sum(len(r.spec.tokens) for r in results) / spec_total, 3),
         "overhead_share": round(sum(r.spec.seconds("host") for r in results) / spec_total, 4),
+        "ttft_ms_p50": {mode: round(1000 * float(np.median([getattr(r, mode).ttft_s for r in results])), 1)
+                        for mode in ("greedy", "spec")},
         "step_ms": {phase: round(float(np.mean([getattr(s, f"{phase}_ms") for r in results for s in r.spec.steps])),
                                  2) if emitted else float("nan")
                     for phase in ("grow", "verify", "commit", "update", "host")},
