@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import ConfigError
 from .calibration import NodeFeatures
 from .merge import CandidateTree
-from .suffix import MAX_TOKEN_ID, Match, SuffixConfig, SuffixIndex, check_positive
+from .suffix import MAX_TOKEN_ID, IndexedSequence, Match, SuffixConfig, SuffixIndex, check_positive
 
 _I64 = ctypes.POINTER(ctypes.c_int64)
 
@@ -59,7 +59,7 @@ def new_suffix_index(max_match: int = 16):
     return NativeSuffixIndex(max_match) if native_available() else SuffixIndex(max_match)
 
 
-class NativeSuffixIndex:
+class NativeSuffixIndex(IndexedSequence):
     """``SuffixIndex``'s interface (``extend``, ``reset``, ``tokens``, ``count``, ``longest_match``,
     ``match_at_least``, ``matches``) over a C++ index, plus ``propose``: what ``suffix_proposal`` returns for it.
     One request's index: calls on one object must not run concurrently."""
@@ -87,22 +87,13 @@ class NativeSuffixIndex:
         self._lib.MseSuffixReset(self._handle)
         self._seq = []
 
-    def __len__(self) -> int:
-        return len(self._seq)
-
-    @property
-    def tokens(self) -> Sequence[int]:
-        """The indexed sequence (read it, do not modify it)."""
-        return self._seq
-
     @property
     def num_nodes(self) -> int:
         return int(self._lib.MseSuffixNumNodes(self._handle))
 
     def count(self, pattern: Sequence[int]) -> int:
         """Occurrences of ``pattern`` (1..max_match tokens) in the sequence (0 if it never occurred)."""
-        if not 1 <= len(pattern) <= self.max_match:
-            raise ConfigError(f"pattern of {len(pattern)} tokens: the index holds substrings of 1..{self.max_match}")
+        self._check_pattern(pattern)
         arr = np.ascontiguousarray(pattern, np.int64)
         return int(self._lib.MseSuffixCount(self._handle, arr.ctypes.data, len(pattern)))
 
@@ -124,8 +115,7 @@ class NativeSuffixIndex:
         return int(self._lib.MseSuffixLongestMatch(self._handle))
 
     def match_at_least(self, length: int) -> bool:
-        if not 1 <= length <= self.max_match:
-            raise ConfigError(f"match_at_least({length}): the index holds matches of 1..{self.max_match} tokens")
+        self._check_match_length(length)
         return bool(self._lib.MseSuffixMatchAtLeast(self._handle, length))
 
     def matches(self, max_occurrences: int, min_match: int = 1) -> list[Match]:

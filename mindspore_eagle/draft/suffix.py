@@ -78,7 +78,31 @@ class Match:
     length: int
 
 
-class SuffixIndex:
+class IndexedSequence:
+    """What both suffix indexes (this module's, and ``native_suffix.NativeSuffixIndex``) share: the indexed sequence
+    ``_seq`` and the range checks of their queries."""
+
+    max_match: int
+    _seq: list[int]
+
+    def __len__(self) -> int:
+        return len(self._seq)
+
+    @property
+    def tokens(self) -> Sequence[int]:
+        """The indexed sequence (read it, do not modify it)."""
+        return self._seq
+
+    def _check_pattern(self, pattern: Sequence[int]) -> None:
+        if not 1 <= len(pattern) <= self.max_match:
+            raise ConfigError(f"pattern of {len(pattern)} tokens: the index holds substrings of 1..{self.max_match}")
+
+    def _check_match_length(self, length: int) -> None:
+        if not 1 <= length <= self.max_match:
+            raise ConfigError(f"match_at_least({length}): the index holds matches of 1..{self.max_match} tokens")
+
+
+class SuffixIndex(IndexedSequence):
     """Bounded-depth suffix trie over one growing token sequence (see the module docstring).
 
     ``extend`` appends tokens (O(max_match) each); ``matches`` lists earlier occurrences of the sequence's
@@ -100,14 +124,6 @@ class SuffixIndex:
         self._active: list[int] = [0]  # _active[d] = node of the sequence's length-d suffix, d <= min(n, M)
 
     # ----- state ------------------------------------------------------------------------------------------
-    def __len__(self) -> int:
-        return len(self._seq)
-
-    @property
-    def tokens(self) -> Sequence[int]:
-        """The indexed sequence (read it, do not modify it)."""
-        return self._seq
-
     @property
     def num_nodes(self) -> int:
         return len(self._children)
@@ -118,8 +134,7 @@ class SuffixIndex:
         return 0 if v is None else self._count[v]
 
     def _node(self, pattern: Sequence[int]) -> int | None:
-        if not 1 <= len(pattern) <= self.max_match:
-            raise ConfigError(f"pattern of {len(pattern)} tokens: the index holds substrings of 1..{self.max_match}")
+        self._check_pattern(pattern)
         v = 0
         for t in pattern:
             v = self._children[v].get(int(t))
@@ -174,8 +189,7 @@ class SuffixIndex:
     def match_at_least(self, length: int) -> bool:
         """Whether the sequence's last ``length`` tokens (1..max_match) occurred earlier: ``longest_match() >=
         length`` in O(1), for a check on every step."""
-        if not 1 <= length <= self.max_match:
-            raise ConfigError(f"match_at_least({length}): the index holds matches of 1..{self.max_match} tokens")
+        self._check_match_length(length)
         return len(self._active) > length and self._prev[length][len(self._seq)] != NO_OCCURRENCE
 
     def matches(self, max_occurrences: int, min_match: int = 1) -> list[Match]:
