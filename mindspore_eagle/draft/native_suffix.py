@@ -24,8 +24,6 @@ from .calibration import NodeFeatures
 from .merge import CandidateTree
 from .suffix import MAX_TOKEN_ID, IndexedSequence, Match, SuffixConfig, SuffixIndex, check_positive
 
-_I64 = ctypes.POINTER(ctypes.c_int64)
-
 
 @functools.lru_cache(maxsize=None)
 def _library():
@@ -38,8 +36,8 @@ def _library():
     lib = ctypes.CDLL(status.library.path)
     vp, i32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
     for name, res, args in (("MseSuffixNew", vp, (i32,)), ("MseSuffixFree", None, (vp,)),
-                            ("MseSuffixReset", None, (vp,)), ("MseSuffixLength", i64, (vp,)),
-                            ("MseSuffixNumNodes", i64, (vp,)), ("MseSuffixLongestMatch", i32, (vp,)),
+                            ("MseSuffixReset", None, (vp,)), ("MseSuffixNumNodes", i64, (vp,)),
+                            ("MseSuffixLongestMatch", i32, (vp,)),
                             ("MseSuffixExtend", i64, (vp, vp, i64)), ("MseSuffixMatchAtLeast", i32, (vp, i32)),
                             ("MseSuffixCount", i64, (vp, vp, i32)), ("MseSuffixMatches", i32, (vp, i32, i32, vp, vp)),
                             ("MseSuffixPropose", i64, (vp, vp, vp, i32, vp, i32, vp, vp, vp, vp, vp, vp, vp))):
@@ -119,6 +117,8 @@ class NativeSuffixIndex(IndexedSequence):
         return bool(self._lib.MseSuffixMatchAtLeast(self._handle, length))
 
     def matches(self, max_occurrences: int, min_match: int = 1) -> list[Match]:
+        if max_occurrences < 1:
+            return []
         starts = np.zeros(max_occurrences, np.int64)
         lengths = np.zeros(max_occurrences, np.int32)
         n = self._lib.MseSuffixMatches(self._handle, max_occurrences, min_match, starts.ctypes.data,

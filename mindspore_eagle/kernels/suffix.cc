@@ -16,7 +16,7 @@
 //     p[i] = q[i] * p[parent] in node order;
 //   * the max_candidates most probable nodes (ties to the lower index: ancestor-closed), in node order.
 //
-// C ABI (ctypes, draft/native_suffix.py): MseSuffixNew / Free / Reset / Extend / Length / NumNodes / LongestMatch /
+// C ABI (ctypes, draft/native_suffix.py): MseSuffixNew / Free / Reset / Extend / NumNodes / LongestMatch /
 // MatchAtLeast / Count / Matches / Propose. A handle belongs to one request's proposer; calls on one handle must not
 // run concurrently (the batch engine and the server step requests from one thread).
 
@@ -188,7 +188,6 @@ extern "C" {
 void* MseSuffixNew(int32_t max_match) { return max_match >= 1 ? new Index(max_match) : nullptr; }
 void MseSuffixFree(void* h) { delete static_cast<Index*>(h); }
 void MseSuffixReset(void* h) { static_cast<Index*>(h)->reset(); }
-int64_t MseSuffixLength(void* h) { return (int64_t)static_cast<Index*>(h)->seq.size(); }
 int64_t MseSuffixNumNodes(void* h) { return (int64_t)static_cast<Index*>(h)->last.size(); }
 int32_t MseSuffixLongestMatch(void* h) { return static_cast<Index*>(h)->longest_match(); }
 
