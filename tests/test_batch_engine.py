@@ -285,6 +285,10 @@ def test_bench_batch_compares_every_run_with_c1_greedy_and_the_single_request_en
     assert set(summary["c1_over_single_engine"]) == {"greedy", "spec"}
     runs = [json.loads(line) for line in lines[2:]]
     assert all(0 <= r["head_growths"] <= r["request_steps"] for r in runs)
+    # c = 1 has its one request in flight on every step; at c = 2 the third prompt runs alone at the end
+    assert all(r["full_share"] > 0.9 and r["full_tok_s"] > 0 for r in runs if r["concurrency"] == 1)
+    assert all(0 < r["full_share"] < 0.98 for r in runs if r["concurrency"] == 2)  # 0.88-0.96 measured
+    assert set(summary["spec_over_greedy_full"]) == {1, 2}
     assert all(r["head_growths"] == 0 for r in runs if not r["speculative"])  # plain decoding never grows a head
     assert_no_slot_leaked(stack.engine)
 

@@ -4,8 +4,10 @@ For each concurrency ``c`` the same prompts run with at most ``c`` requests in f
 replaced at once, as clients of a server would), first without speculation, then with it; the first run (c = 1,
 no speculation) is the reference every other run's tokens are compared with (greedy: identical token for token,
 ``lossless``). One JSON line per run (with ``head_growths``: request-steps whose drafts included the head's, of
-``request_steps``); the last line is the summary: throughput per run, speculation's ratio per concurrency and each
-concurrency's throughput over c = 1 greedy.
+``request_steps``, and ``full_tok_s``: the throughput of the steps that ran with all ``c`` requests in flight); the
+last line is the summary: throughput per run, speculation's ratio per concurrency (``spec_over_greedy_full``: the
+same for ``full_tok_s``, the steady state without the closing drain) and each concurrency's throughput over c = 1
+greedy.
 
 ``rounds``: how many times each concurrency's pair (without, then with speculation) runs, the pairs back to back;
 each round starts with the single-request engine's pair (the c = 1 reference), so that the c = 1 runs it is
@@ -31,12 +33,17 @@ from .batch import BatchEngine
 
 def run_load(engine: BatchEngine, prompts: Sequence[Sequence[int]], concurrency: int, max_new_tokens: int,
              eos: Sequence[int], speculative: bool) -> dict:
-    """Run every prompt with at most ``concurrency`` in flight; tokens per prompt and the timings."""
+    """Run every prompt with at most ``concurrency`` in flight; tokens per prompt and the timings. ``full_tok_s``:
+    tokens emitted per second by the steps that ran with all ``concurrency`` requests in flight (``full_share`` of
+    the wall time) -- the steady state a server under a steady stream sees, without the closing drain of a fixed set
+    of prompts, where fewer requests share a step (and speculation, which lets requests finish at different times,
+    makes that drain longer)."""
     pending = list(enumerate(prompts))
     active: dict[str, tuple[int, object]] = {}
     tokens: list[tuple[int, ...] | None] = [None] * len(prompts)
     latency, ttft, taus = [], [], []
     request_steps = head_growths = 0
+    full_s, full_tokens = 0.0, 0
     t0 = time.perf_counter()
     steps0 = engine.steps
     while pending or active:
@@ -44,7 +51,13 @@ def run_load(engine: BatchEngine, prompts: Sequence[Sequence[int]], concurrency:
             i, p = pending.pop(0)
             req = engine.submit(p, max_new_tokens, eos, max_nodes=None if speculative else 1)
             active[req.id] = (i, req)
-        for ev in engine.step():
+        full = len(active) == concurrency
+        t_step = time.perf_counter()
+        events = engine.step()
+        if full:
+            full_s += time.perf_counter() - t_step
+            full_tokens += sum(len(ev.tokens) for ev in events)
+        for ev in events:
             if ev.finish_reason is not None and ev.request.id in active:
                 i, req = active.pop(ev.request.id)
                 tokens[i] = tuple(req.tokens)
@@ -58,6 +71,7 @@ def run_load(engine: BatchEngine, prompts: Sequence[Sequence[int]], concurrency:
     total = sum(len(t) for t in tokens)
     return {"concurrency": concurrency, "speculative": speculative, "requests": len(prompts), "tokens": total,
             "seconds": round(seconds, 3), "tok_s": round(total / seconds, 2), "steps": engine.steps - steps0,
+            "full_tok_s": round(full_tokens / full_s, 2) if full_s else None, "full_share": round(full_s / seconds, 3),
             "latency_p50_s": round(float(np.percentile(latency, 50)), 3),
             "latency_p99_s": round(float(np.percentile(latency, 99)), 3),
             "ttft_p50_s": round(float(np.percentile(ttft, 50)), 3),
@@ -117,6 +131,11 @@ def bench_batch(engine: BatchEngine, prompts: Sequence[Sequence[int]], concurren
     for r in runs:
         tok_s.setdefault((r["concurrency"], r["speculative"]), []).append(r["tok_s"])
     by = {key: float(np.median(v)) for key, v in tok_s.items()}
+    full_by: dict[tuple[int, bool], list[float]] = {}
+    for r in runs:
+        if r["full_tok_s"]:
+            full_by.setdefault((r["concurrency"], r["speculative"]), []).append(r["full_tok_s"])
+    full = {key: float(np.median(v)) for key, v in full_by.items()}
     base = by[(concurrencies[0], False)]
     summary = {"runs": [{k: r[k] for k in ("concurrency", "round", "speculative", "tok_s", "tau_mean", "lossless")}
                         for r in runs],
@@ -124,6 +143,8 @@ def bench_batch(engine: BatchEngine, prompts: Sequence[Sequence[int]], concurren
                "throughput_over_c1_greedy": {c: round(by[(c, False)] / base, 2) for c in concurrencies},
                "spec_over_greedy": ({c: round(by[(c, True)] / by[(c, False)], 2) for c in concurrencies}
                                     if speculative else {}),
+               "spec_over_greedy_full": ({c: round(full[(c, True)] / full[(c, False)], 2) for c in concurrencies
+                                          if full.get((c, True)) and full.get((c, False))} if speculative else {}),
                "spec_over_greedy_by_round": ({c: [round(s / g, 2) for g, s in zip(tok_s[(c, False)],
                                                                                   tok_s[(c, True)])]
                                               for c in concurrencies} if speculative else {}),
