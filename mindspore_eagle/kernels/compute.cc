@@ -266,10 +266,6 @@ template <int RM, bool Q8, int... RNs>
 constexpr std::array<BlockQ, sizeof...(RNs)> row_q(std::integer_sequence<int, RNs...>) {
   return {&block_q<RM, RNs + 1, Q8>...};
 }
-template <bool Q8, int... RMs>
-constexpr std::array<std::array<BlockQ, kMaxRN>, sizeof...(RMs)> table_q(std::integer_sequence<int, RMs...>) {
-  return {row_q<RMs + 1, Q8>(std::make_integer_sequence<int, kMaxRN>{})...};
-}
 template <int RM, int... RNs>
 constexpr std::array<BlockF32, sizeof...(RNs)> row_f32(std::integer_sequence<int, RNs...>) {
   return {&block_f32<RM, RNs + 1>...};
@@ -278,18 +274,23 @@ template <int RM, int... RNs>
 constexpr std::array<BlockBf16, sizeof...(RNs)> row_bf16(std::integer_sequence<int, RNs...>) {
   return {&block_bf16<RM, RNs + 1>...};
 }
-template <int... RMs>
-constexpr std::array<std::array<BlockF32, kMaxRN>, sizeof...(RMs)> table_f32(std::integer_sequence<int, RMs...>) {
-  return {row_f32<RMs + 1>(std::make_integer_sequence<int, kMaxRN>{})...};
+// A table of register blocks [RM - First][RN - 1]: rows First, First + 1, ... (one per RMs), panels 1..Width.
+template <int First, int Width, bool Q8, int... RMs>
+constexpr std::array<std::array<BlockQ, Width>, sizeof...(RMs)> table_q(std::integer_sequence<int, RMs...>) {
+  return {row_q<First + RMs, Q8>(std::make_integer_sequence<int, Width>{})...};
 }
-template <int... RMs>
-constexpr std::array<std::array<BlockBf16, kMaxRN>, sizeof...(RMs)> table_bf16(std::integer_sequence<int, RMs...>) {
-  return {row_bf16<RMs + 1>(std::make_integer_sequence<int, kMaxRN>{})...};
+template <int First, int Width, int... RMs>
+constexpr std::array<std::array<BlockF32, Width>, sizeof...(RMs)> table_f32(std::integer_sequence<int, RMs...>) {
+  return {row_f32<First + RMs>(std::make_integer_sequence<int, Width>{})...};
 }
-const auto kBlocksF32 = table_f32(std::make_integer_sequence<int, kMaxRM>{});  // [RM - 1][RN - 1]
-const auto kBlocksBf16 = table_bf16(std::make_integer_sequence<int, kMaxRM>{});
-const auto kBlocksQ4 = table_q<false>(std::make_integer_sequence<int, kMaxRM>{});
-const auto kBlocksQ8 = table_q<true>(std::make_integer_sequence<int, kMaxRM>{});
+template <int First, int Width, int... RMs>
+constexpr std::array<std::array<BlockBf16, Width>, sizeof...(RMs)> table_bf16(std::integer_sequence<int, RMs...>) {
+  return {row_bf16<First + RMs>(std::make_integer_sequence<int, Width>{})...};
+}
+const auto kBlocksF32 = table_f32<1, kMaxRN>(std::make_integer_sequence<int, kMaxRM>{});  // [RM - 1][RN - 1]
+const auto kBlocksBf16 = table_bf16<1, kMaxRN>(std::make_integer_sequence<int, kMaxRM>{});
+const auto kBlocksQ4 = table_q<1, kMaxRN, false>(std::make_integer_sequence<int, kMaxRM>{});
+const auto kBlocksQ8 = table_q<1, kMaxRN, true>(std::make_integer_sequence<int, kMaxRM>{});
 
 // Wide quantized row blocks (AVX-512 only: 32 registers): 5-8 rows x kWideRN panels, each rebuilt weight feeding up
 // to 8 rows' fmas instead of 4. Rebuilding a Q4 weight costs about four vector instructions per 16 weights (unpack,
@@ -298,23 +299,12 @@ const auto kBlocksQ8 = table_q<true>(std::make_integer_sequence<int, kMaxRM>{});
 // slabs). The bits are block_q's: the same rebuilt weights, the same sequential chain per output.
 #if defined(MSE_ISA_AVX512)
 constexpr int kMaxRMQ = 8, kWideRN = 3;
-template <bool Q8, int... RMs>
-constexpr std::array<std::array<BlockQ, kWideRN>, sizeof...(RMs)> wide_q(std::integer_sequence<int, RMs...>) {
-  return {row_q<kMaxRM + 1 + RMs, Q8>(std::make_integer_sequence<int, kWideRN>{})...};
-}
-const auto kWideQ4 = wide_q<false>(std::make_integer_sequence<int, kMaxRMQ - kMaxRM>{});  // [RM - kMaxRM - 1][RN - 1]
-const auto kWideQ8 = wide_q<true>(std::make_integer_sequence<int, kMaxRMQ - kMaxRM>{});
-template <int... RMs>
-constexpr std::array<std::array<BlockF32, kWideRN>, sizeof...(RMs)> wide_f32(std::integer_sequence<int, RMs...>) {
-  return {row_f32<kMaxRM + 1 + RMs>(std::make_integer_sequence<int, kWideRN>{})...};
-}
-const auto kWideF32 = wide_f32(std::make_integer_sequence<int, kMaxRMQ - kMaxRM>{});  // [RM - kMaxRM - 1][RN - 1]
+constexpr auto kWideRows = std::make_integer_sequence<int, kMaxRMQ - kMaxRM>{};  // tables [RM - kMaxRM - 1][RN - 1]
+const auto kWideQ4 = table_q<kMaxRM + 1, kWideRN, false>(kWideRows);
+const auto kWideQ8 = table_q<kMaxRM + 1, kWideRN, true>(kWideRows);
+const auto kWideF32 = table_f32<kMaxRM + 1, kWideRN>(kWideRows);
 #if defined(MSE_NATIVE_BF16)
-template <int... RMs>
-constexpr std::array<std::array<BlockBf16, kWideRN>, sizeof...(RMs)> wide_bf16(std::integer_sequence<int, RMs...>) {
-  return {row_bf16<kMaxRM + 1 + RMs>(std::make_integer_sequence<int, kWideRN>{})...};
-}
-const auto kWideBf16 = wide_bf16(std::make_integer_sequence<int, kMaxRMQ - kMaxRM>{});
+const auto kWideBf16 = table_bf16<kMaxRM + 1, kWideRN>(kWideRows);
 #endif
 // Rows up to which quantized weights take the wide block; more rows go through the L1 slabs (quant_chunk_rows).
 // Dense weights take the wide blocks too (dense_rows).
