@@ -47,47 +47,9 @@ def _describe_backward_parent(parents: np.ndarray, node: int) -> str:
     return f"node {node}: parent {p} >= own index {node} (rule: topological order, 0 <= parent < index)"
 
 
-def _check_root_alone(token: int, parent: int, depth: int, valid: bool, vocab_size: int) -> None:
-    """``check_tree`` of a one-node layout, with its messages: the root, then its token (why apart: a batch step
-    checks a root-only layout per decoding request, and the vectorised rules cost ~20 us each time)."""
-    if not valid:
-        raise TreeInvariantError("node 0: root is marked invalid (rule: root is a real node)")
-    if parent != ROOT:
-        raise TreeInvariantError(f"node 0: root parent is {parent}, must be 0 (rule: root is its own parent)")
-    if depth != 0:
-        raise TreeInvariantError(f"node 0: root depth is {depth}, must be 0 (rule: root depth)")
-    if not 0 <= token < vocab_size:
-        raise TreeInvariantError(f"node 0: token {token} not in [0, {vocab_size}) (rule: token range)")
-
-
-def check_tree(layout: "TreeLayout", vocab_size: int) -> None:
-    """Raise TreeInvariantError naming the first node that breaks a layout rule; return None if all hold.
-
-    Rules, in the order checked (earlier rules make later ones well defined):
-      root          node 0 is real, its own parent, at depth 0;
-      index range   every parent in [0, N) (no negative index);
-      order         node i > 0 has parent < i: no self-loop, no cycle, topological order;
-      closure       a real node's parent is real (padding can never be an ancestor of a real node);
-      padding       padding rows hang off the root at PAD_DEPTH, after every real node;
-      depth         depth[i] == depth[parents[i]] + 1 for i > 0 (padding hangs off the root, so PAD_DEPTH);
-      tokens        every token in [0, vocab_size).
-    """
-    if vocab_size < 1:
-        raise ConfigError(f"vocab_size={vocab_size}: must be >= 1")
-    tokens, parents, depth, valid = layout.tokens, layout.parents, layout.depth, layout.valid
+def _check_below_root(parents: np.ndarray, depth: np.ndarray, valid: np.ndarray) -> None:
+    """``check_tree``'s rules for the nodes below the root: index range, order, closure, padding, depth."""
     n = parents.shape[0]
-    if n == 1:  # the root alone (plain decoding, most rows of a batch): the same rules as scalars
-        _check_root_alone(int(tokens[0]), int(parents[0]), int(depth[0]), bool(valid[0]), vocab_size)
-        return
-    # Each rule is one vectorised test plus one .any(); _first() and the message run only on failure.
-
-    if not valid[0]:
-        raise TreeInvariantError("node 0: root is marked invalid (rule: root is a real node)")
-    if parents[0] != ROOT:
-        raise TreeInvariantError(f"node 0: root parent is {int(parents[0])}, must be 0 (rule: root is its own parent)")
-    if depth[0] != 0:
-        raise TreeInvariantError(f"node 0: root depth is {int(depth[0])}, must be 0 (rule: root depth)")
-
     # Node i > 0 needs 0 <= parents[i] < i, which also implies parents[i] < N.
     if ((parents[1:] < 0) | (parents[1:] >= np.arange(1, n))).any():
         bad = _first(parents < 0)
@@ -128,6 +90,34 @@ def check_tree(layout: "TreeLayout", vocab_size: int) -> None:
             f"(parent {int(parents[bad])} at depth {int(depth[parents[bad]])}) (rule: {rule})"
         )
 
+
+def check_tree(layout: "TreeLayout", vocab_size: int) -> None:
+    """Raise TreeInvariantError naming the first node that breaks a layout rule; return None if all hold.
+
+    Rules, in the order checked (earlier rules make later ones well defined):
+      root          node 0 is real, its own parent, at depth 0;
+      index range   every parent in [0, N) (no negative index);
+      order         node i > 0 has parent < i: no self-loop, no cycle, topological order;
+      closure       a real node's parent is real (padding can never be an ancestor of a real node);
+      padding       padding rows hang off the root at PAD_DEPTH, after every real node;
+      depth         depth[i] == depth[parents[i]] + 1 for i > 0 (padding hangs off the root, so PAD_DEPTH);
+      tokens        every token in [0, vocab_size).
+    """
+    if vocab_size < 1:
+        raise ConfigError(f"vocab_size={vocab_size}: must be >= 1")
+    tokens, parents, depth, valid = layout.tokens, layout.parents, layout.depth, layout.valid
+    n = parents.shape[0]
+    # Each rule is one vectorised test plus one .any(); _first() and the message run only on failure.
+
+    if not valid[0]:
+        raise TreeInvariantError("node 0: root is marked invalid (rule: root is a real node)")
+    if parents[0] != ROOT:
+        raise TreeInvariantError(f"node 0: root parent is {int(parents[0])}, must be 0 (rule: root is its own parent)")
+    if depth[0] != 0:
+        raise TreeInvariantError(f"node 0: root depth is {int(depth[0])}, must be 0 (rule: root depth)")
+
+    if n > 1:  # a root alone (one per plainly decoding request of a batch step) skips ~20 us of vectorised rules
+        _check_below_root(parents, depth, valid)
     if tokens.min() < 0 or tokens.max() >= vocab_size:
         bad = _first((tokens < 0) | (tokens >= vocab_size))
         raise TreeInvariantError(f"node {bad}: token {int(tokens[bad])} not in [0, {vocab_size}) (rule: token range)")
