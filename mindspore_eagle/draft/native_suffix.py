@@ -130,8 +130,7 @@ class NativeSuffixIndex(IndexedSequence):
         """``suffix_proposal(self, cfg, calibration)``: the scored candidate tree (root = the sequence's last token,
         at most ``cfg.max_candidates`` nodes) and its nodes' features. ``calibration``: a ``SuffixCalibration`` or
         an ``OnlineCalibration`` (its ``q_table()`` now)."""
-        if not self._seq:
-            raise ConfigError("suffix_candidates: the index is empty (call extend with the prompt first)")
+        self._check_not_empty()
         cached = self._calibration
         if cached is None or cached[0] is not calibration:
             match_edges = np.asarray(calibration.match_edges, np.int64)

@@ -80,7 +80,7 @@ class Match:
 
 class IndexedSequence:
     """What both suffix indexes (this module's, and ``native_suffix.NativeSuffixIndex``) share: the indexed sequence
-    ``_seq`` and the range checks of their queries."""
+    ``_seq`` and the checks of their queries; each computes ``propose`` (what ``suffix_proposal`` returns)."""
 
     max_match: int
     _seq: list[int]
@@ -100,6 +100,10 @@ class IndexedSequence:
     def _check_match_length(self, length: int) -> None:
         if not 1 <= length <= self.max_match:
             raise ConfigError(f"match_at_least({length}): the index holds matches of 1..{self.max_match} tokens")
+
+    def _check_not_empty(self) -> None:
+        if not self._seq:
+            raise ConfigError("suffix_candidates: the index is empty (call extend with the prompt first)")
 
 
 class SuffixIndex(IndexedSequence):
@@ -210,6 +214,27 @@ class SuffixIndex(IndexedSequence):
             if len(out) >= max_occurrences:
                 break
         return out
+
+
+    # ----- the proposal -----------------------------------------------------------------------------------
+    def propose(self, cfg: "SuffixConfig", calibration):
+        """``suffix_proposal(self, cfg, calibration)`` (the reference computation)."""
+        from .merge import CandidateTree
+
+        self._check_not_empty()
+        matches = self.matches(cfg.max_occurrences, cfg.min_match)
+        trie = continuation_trie(self.tokens, matches, cfg.max_depth)
+        f = node_features(trie)
+        if trie.num_nodes == 1:
+            return CandidateTree.single(int(trie.tokens[0])), f
+        p = _score(trie, f, calibration)
+        if trie.num_nodes > cfg.max_candidates:  # top by p, ties to the lower index: ancestor-closed (p is monotone)
+            keep = np.sort(np.lexsort((np.arange(trie.num_nodes), -p))[: cfg.max_candidates])
+            new_index = np.zeros(trie.num_nodes, np.int64)
+            new_index[keep] = np.arange(keep.size)
+            return (CandidateTree(trie.tokens[keep], new_index[trie.parents[keep]], p[keep]),
+                    NodeFeatures(f.m_eff[keep], f.role[keep], f.count[keep]))
+        return CandidateTree(trie.tokens, trie.parents, p), f
 
 
 # ----- the continuation trie -----------------------------------------------------------------------------
@@ -324,28 +349,9 @@ def suffix_candidates(index: SuffixIndex, cfg: SuffixConfig, calibration: Suffix
     return suffix_proposal(index, cfg, calibration)[0]
 
 
-def suffix_proposal(index: SuffixIndex, cfg: SuffixConfig, calibration):
+def suffix_proposal(index, cfg: SuffixConfig, calibration):
     """``(CandidateTree, NodeFeatures)``: ``suffix_candidates``'s tree and the features its scores were read from,
     node for node (what ``OnlineCalibration.observe`` needs once the step is verified). ``calibration``: a
-    ``SuffixCalibration`` or anything with its ``cells`` / ``q`` (``OnlineCalibration``). A ``NativeSuffixIndex``
-    computes the same (bit for bit) in the kernel library (``draft.native_suffix``)."""
-    from .merge import CandidateTree
-
-    native = getattr(index, "propose", None)
-    if native is not None:
-        return native(cfg, calibration)
-    if len(index) == 0:
-        raise ConfigError("suffix_candidates: the index is empty (call extend with the prompt first)")
-    matches = index.matches(cfg.max_occurrences, cfg.min_match)
-    trie = continuation_trie(index.tokens, matches, cfg.max_depth)
-    f = node_features(trie)
-    if trie.num_nodes == 1:
-        return CandidateTree.single(int(trie.tokens[0])), f
-    p = _score(trie, f, calibration)
-    if trie.num_nodes > cfg.max_candidates:  # top by p, ties to the lower index: ancestor-closed (p is monotone)
-        keep = np.sort(np.lexsort((np.arange(trie.num_nodes), -p))[: cfg.max_candidates])
-        new_index = np.zeros(trie.num_nodes, np.int64)
-        new_index[keep] = np.arange(keep.size)
-        return (CandidateTree(trie.tokens[keep], new_index[trie.parents[keep]], p[keep]),
-                NodeFeatures(f.m_eff[keep], f.role[keep], f.count[keep]))
-    return CandidateTree(trie.tokens, trie.parents, p), f
+    ``SuffixCalibration`` or an ``OnlineCalibration``. The index computes it: ``SuffixIndex.propose`` here, a
+    ``NativeSuffixIndex`` the same bit for bit in the kernel library (``draft.native_suffix``)."""
+    return index.propose(cfg, calibration)
