@@ -127,15 +127,18 @@ def bench_batch(engine: BatchEngine, prompts: Sequence[Sequence[int]], concurren
                 r["round"] = round_
                 log(json.dumps(r))
                 runs.append(r)
-    tok_s: dict[tuple[int, bool], list[float]] = {}
-    for r in runs:
-        tok_s.setdefault((r["concurrency"], r["speculative"]), []).append(r["tok_s"])
+
+    def per_pair(field: str) -> dict[tuple[int, bool], list[float]]:
+        """Each round's ``field`` per (concurrency, speculative), runs without it (None) left out."""
+        out: dict[tuple[int, bool], list[float]] = {}
+        for r in runs:
+            if r[field] is not None:
+                out.setdefault((r["concurrency"], r["speculative"]), []).append(r[field])
+        return out
+
+    tok_s = per_pair("tok_s")
     by = {key: float(np.median(v)) for key, v in tok_s.items()}
-    full_by: dict[tuple[int, bool], list[float]] = {}
-    for r in runs:
-        if r["full_tok_s"]:
-            full_by.setdefault((r["concurrency"], r["speculative"]), []).append(r["full_tok_s"])
-    full = {key: float(np.median(v)) for key, v in full_by.items()}
+    full = {key: float(np.median(v)) for key, v in per_pair("full_tok_s").items()}
     base = by[(concurrencies[0], False)]
     summary = {"runs": [{k: r[k] for k in ("concurrency", "round", "speculative", "tok_s", "tau_mean", "lossless")}
                         for r in runs],
