@@ -60,6 +60,14 @@ def test_a_token_limit_below_one_is_refused_before_loading(capsys):
         assert "--max-new-tokens 0: must be >= 1" in err and NOWHERE not in err
 
 
+def test_serve_refuses_a_bad_port_or_shutdown_timeout_before_loading(capsys):
+    for flag, value, needle in (("--port", "0", "--port 0: must be in 1..65535"),
+                                ("--shutdown-timeout", "-1", "--shutdown-timeout -1.0: must be in 0..3600 seconds")):
+        assert cli.main(["serve", "--model", NOWHERE, flag, value]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and NOWHERE not in err
+
+
 def test_an_output_file_in_a_missing_directory_is_refused_before_generating(tmp_path, capsys):
     trace = tmp_path / "no" / "such" / "dir" / "steps.jsonl"
     assert cli.main(["generate", "--prompt", "hi", "--model", NOWHERE, "--trace", str(trace)]) == 2

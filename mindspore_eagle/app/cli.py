@@ -276,6 +276,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port {args.port}: must be in 1..65535")
+    if not 0 <= args.shutdown_timeout <= 3600:
+        raise ConfigError(f"--shutdown-timeout {args.shutdown_timeout}: must be in 0..3600 seconds")
     stack = _build_batch(args)
     if args.warmup:
         from .compile_plan import compile_batch_ahead, default_cache_root
@@ -287,7 +289,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = create_app(stack.engine, stack.tokenizer, stack.eos, ServerConfig(name, args.default_max_tokens))
     print(f"serving {name!r} on http://{args.host}:{args.port}/v1 (max_seqs {args.max_seqs}, context "
           f"{args.max_cache_len}, drafting {stack.drafting})", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=10)
+    runner = app.state.runner
+
+    class DrainingServer(uvicorn.Server):
+        """uvicorn's server, which on SIGTERM / Ctrl-C also starts the runner's drain deadline: the requests in
+        flight end (or are answered 503 at the deadline) before uvicorn's own grace period, which would otherwise
+        kill their handlers and answer an anonymous 500."""
+
+        def handle_exit(self, sig, frame) -> None:
+            runner.drain(args.shutdown_timeout)
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                            timeout_graceful_shutdown=args.shutdown_timeout + 30)
+    DrainingServer(config).run()
     return 0
 
 
@@ -402,6 +417,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-compile-cache", dest="compile_cache", action="store_false",
                    help="compile the warm-up's graphs afresh instead of loading the ones an earlier start cached "
                         "under $MINDSPORE_EAGLE_HOME/graph_cache (keyed by code, model and settings)")
+    p.add_argument("--shutdown-timeout", type=float, default=10.0,
+                   help="seconds that requests in flight at SIGTERM / Ctrl-C may run on before they are cancelled "
+                        "and answered 503 (default 10)")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     _add_batch_flags(p)
     p.set_defaults(fn=cmd_serve)

@@ -10,7 +10,9 @@ What the server guarantees:
   * overload -> 429 once ``max_queued`` requests wait (the engine's bounded queue);
   * a client that disconnects (streaming or not) cancels its request: the slot is free at the next step;
   * stop strings end the request on the server (the engine stops at the next step), the text cut before them;
-  * shutdown (SIGTERM / Ctrl-C) cancels what is in flight and stops the engine thread; nothing hangs.
+  * shutdown (SIGTERM / Ctrl-C) drains: requests in flight run on for ``serve --shutdown-timeout`` seconds, then
+    are cancelled and answered 503 (a stream ends with an error event); new requests meanwhile get 503; then the
+    engine thread stops with every slot free; nothing hangs.
 Binds 127.0.0.1 unless told otherwise.
 """
 
@@ -29,7 +31,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from ..errors import CacheCapacityError, ConfigError, TokenizerError
 from .batch import BatchEngine, QueueFullError
 from .protocol import BadRequest, GenerationRequest, parse
-from .runner import EngineRunner, Stream
+from .runner import SHUTDOWN_STATUS, EngineRunner, Stream, StreamItem
 
 FINISH = {"eos": "stop", "stop": "stop", "max_new_tokens": "length", "cache_full": "length"}
 
@@ -119,6 +121,15 @@ class TextStream:
         return out
 
 
+def failure_body(item: StreamItem) -> dict:
+    """The OpenAI-style error body of a request that ended with ``item.error``: a shutdown cancellation (503) or a
+    failed step (500)."""
+    if item.status == SHUTDOWN_STATUS:
+        return {"error": {"message": item.error, "type": "service_unavailable_error", "param": None, "code": None}}
+    return {"error": {"message": f"generation failed: {item.error}", "type": "server_error", "param": None,
+                      "code": None}}
+
+
 def create_app(engine: BatchEngine, tokenizer, eos, config: ServerConfig):
     """The FastAPI application over ``engine`` (its runner thread starts with the app, stops with it)."""
     from contextlib import asynccontextmanager
@@ -170,6 +181,9 @@ def create_app(engine: BatchEngine, tokenizer, eos, config: ServerConfig):
 
     def start(body, chat: bool, loop) -> tuple[GenerationRequest, Stream, TextStream]:
         req = parse(body, chat, engine.max_nodes)
+        if runner.draining:
+            raise BadRequest("the server is shutting down and takes no new requests; send it to another server or "
+                             "after the restart", None, SHUTDOWN_STATUS, "service_unavailable_error")
         model = body.get("model")
         if model is not None and model != config.model_name:
             raise BadRequest(f"model {model!r} is not served here; this server serves {config.model_name!r} "
@@ -238,8 +252,7 @@ def create_app(engine: BatchEngine, tokenizer, eos, config: ServerConfig):
                 await finish(stream, text)
                 return JSONResponse({"error": {"message": "client disconnected", "type": "cancelled"}}, 499)
             if err is not None:
-                return JSONResponse({"error": {"message": f"generation failed: {err}", "type": "server_error",
-                                               "param": None, "code": None}}, 500)
+                return JSONResponse(failure_body(err), err.status)
             final = await finish(stream, text)
             return JSONResponse({"id": rid, "object": obj, "created": created, "model": config.model_name,
                                  "choices": [choice(text.text, final, False)], "usage": usage(stream),
@@ -260,7 +273,7 @@ def create_app(engine: BatchEngine, tokenizer, eos, config: ServerConfig):
                 while True:
                     item = await stream.queue.get()
                     if item.error is not None:
-                        yield sse({"error": {"message": f"generation failed: {item.error}", "type": "server_error"}})
+                        yield sse(failure_body(item))
                         break
                     delta = text.feed(item.tokens, final=item.finish_reason is not None)
                     if delta:
@@ -282,7 +295,8 @@ def create_app(engine: BatchEngine, tokenizer, eos, config: ServerConfig):
                                  headers={"Cache-Control": "no-cache", "X-Request-Id": rid})
 
     async def collect(stream: Stream, text: TextStream, request: Request):
-        """Wait for the whole answer; (None, None) if the client disconnected first."""
+        """Wait for the whole answer: (finish reason, None), ("error", the failed item), or (None, None) if the client
+        disconnected first."""
         while True:
             try:
                 item = await asyncio.wait_for(stream.queue.get(), timeout=0.25)
@@ -292,7 +306,7 @@ def create_app(engine: BatchEngine, tokenizer, eos, config: ServerConfig):
                     return None, None
                 continue
             if item.error is not None:
-                return "error", item.error
+                return "error", item
             text.feed(item.tokens, final=item.finish_reason is not None)
             if item.finish_reason is not None or text.stopped:
                 return item.finish_reason or "stop", None
