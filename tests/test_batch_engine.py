@@ -232,6 +232,8 @@ def test_a_growing_requests_gain_guard_is_charged_its_share_of_the_batched_growt
     assert_no_slot_leaked(engine)
 
 
+# slow: ~16 s on a 2-vCPU Zen 3; the guard's charging stays in the default suite (its share of batched growth, above)
+@pytest.mark.slow
 def test_a_requests_own_catch_up_is_charged_to_its_own_gain_guard(stack, prompts, monkeypatch):
     """Every head grows every step, and one request's catch-ups are made 600 ms dearer: on the steps its head
     caught up, its gain guard is charged at least those 600 ms; the requests growing beside it only their own
@@ -274,6 +276,7 @@ def test_a_requests_own_catch_up_is_charged_to_its_own_gain_guard(stack, prompts
     assert_no_slot_leaked(engine)
 
 
+@pytest.mark.slow  # a benchmark harness's run
 def test_bench_batch_compares_every_run_with_c1_greedy_and_the_single_request_engine(stack, prompts):
     from mindspore_eagle.serving.bench import bench_batch
     from mindspore_eagle.serving.stack import single_proposer
@@ -293,6 +296,7 @@ def test_bench_batch_compares_every_run_with_c1_greedy_and_the_single_request_en
     assert_no_slot_leaked(stack.engine)
 
 
+@pytest.mark.slow  # a benchmark harness's run
 def test_bench_batch_rounds_pair_the_modes_and_summarise_their_medians(stack, prompts):
     """Each round runs the single-request reference's pair, then every concurrency's pair (plain, then speculative,
     back to back), so a c = 1 run and its reference are a minute apart; the summary's ratios are of the medians and
@@ -486,7 +490,8 @@ def test_build_batch_refuses_a_cache_larger_than_half_the_memory(monkeypatch):
         build_batch(model, 8, 2048)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+# bf16 (~80 s on a 2-vCPU Zen 3) with the slow tests: the dense bf16 head stays in the default suite in test_greedy_head
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=pytest.mark.slow)])
 def test_dense_weights_give_every_request_its_logits_greedy_tokens_in_a_batch(dtype, prompts, default_teacher):
     """``--weights dense`` (fp32, or bf16 compute): the batch engine's greedy tokens come from the dense head's Q8
     copy and its bound, for several requests' roots, prompt chunks and suffix-draft trees in one call; each request's

@@ -342,6 +342,7 @@ def test_hf_worker_outputs_greedy_tokens_and_counts_verification_forwards(peers,
     assert pld.tau > 1.0  # the greedy output repeats itself on the second prompt: a lookup is accepted
 
 
+@pytest.mark.slow  # a benchmark harness's check
 def test_transformers_chat_template_gives_our_prompt_ids(peers):
     """What the benchmark feeds every system is our ids; on these prompts a transformers user gets the same ones.
     (Not always: on text with a space run before a digit transformers' GGUF tokenizer splits differently from the
@@ -548,6 +549,7 @@ def test_llamacpp_worker_measures_greedy_and_prompt_lookup_without_torch_or_mind
     assert rows["llamacpp pld3 f32"]["same_as_own_greedy"] == 3
 
 
+@pytest.mark.slow  # a benchmark harness's end-to-end run (~60 s on a 2-vCPU Zen 3)
 def test_our_rows_run_through_the_cli_builder_and_report_the_drafting_they_used(peers):
     """Our two rows, for real on the default teacher (two prompts, 8 tokens): the worker builds through the CLI's
     parser and builder, answers both rows per prompt, and reports the drafting config the builder used (a renamed

@@ -3,10 +3,13 @@
 import subprocess
 import sys
 
+import pytest
+
 from mindspore_eagle.app import cli
 from tests.helpers import default_model_or_skip
 
 
+@pytest.mark.slow  # generate end to end stays in the default suite through its compile-plan test
 def test_generate_prints_the_answer_and_speed(capsys):
     model = default_model_or_skip()
     code = cli.main(["generate", "--mode", "greedy", "--model", model, "--prompt", "What is the capital of France?",

@@ -328,6 +328,7 @@ def launch(argv, tmp_path, timeout=240, **env_extra):
     return proc.stdout
 
 
+@pytest.mark.slow  # worker processes stay in the default suite through the SIGKILL-resume test
 def test_plain_multiprocess_launcher_equals_the_in_process_run(tiny, oracle_single, tmp_path):
     _, ms_dir, _ = tiny
     out = tmp_path / "out"

@@ -214,6 +214,8 @@ BATCH_CHILD = textwrap.dedent("""
 """)
 
 
+# slow: the cache's load in a second process stays in the default suite through the generate plan's test above
+@pytest.mark.slow
 def test_a_second_server_start_loads_the_batch_engines_warm_up_and_serves_the_same_tokens(tmp_path):
     first, second = run_twice(tmp_path, BATCH_CHILD)
     # greedy, sampled, head-only and plain requests in one batch met no graph the warm-up had not compiled

@@ -27,7 +27,7 @@ def run(teacher, tok, prompt, n, proposer=None):
 
 @pytest.mark.parametrize("prompt, n, combos", [
     (COPY, 48, [("suffix", "fixed"), ("suffix", "adaptive"), ("hybrid", "fixed"), ("hybrid", "adaptive")]),
-    (CODE, 48, [("hybrid", "fixed"), ("hybrid", "adaptive")]),
+    pytest.param(CODE, 48, [("hybrid", "fixed"), ("hybrid", "adaptive")], marks=pytest.mark.slow),  # copy's modes
 ], ids=["copy", "code"])
 def test_default_model_suffix_and_hybrid_equal_greedy(default_teacher, eagle, prompt, n, combos):
     teacher, tok = default_teacher

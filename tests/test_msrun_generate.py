@@ -99,6 +99,7 @@ def test_msrun_two_cpu_workers_shard_prompts_and_stay_lossless(tiny, tmp_path):
     assert "prompts" not in open(os.path.join(out, "msrun", "scheduler.log")).read()
 
 
+@pytest.mark.slow  # sharding over workers stays in the default suite through the msrun test
 def test_fallback_launcher_without_msrun_gives_the_same_shards(tiny, tmp_path):
     teacher, head, prompts = tiny
     out = str(tmp_path / "out")

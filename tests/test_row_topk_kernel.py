@@ -74,6 +74,7 @@ def test_a_rows_result_does_not_depend_on_the_other_rows_of_the_call():
             assert np.array_equal(got[r:r + 1], part)
 
 
+@pytest.mark.slow  # the training data generator's teacher (~19 s on a 2-vCPU Zen 3)
 def test_the_data_teacher_forward_gives_the_same_outputs_through_the_kernel_as_through_mindspores_ops():
     from tests.helpers import default_model_or_skip
 

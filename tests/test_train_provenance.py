@@ -117,6 +117,7 @@ def test_train_draft_refuses_a_non_empty_output_dir_before_any_work(teachers, tm
         train_draft_main(args[1:] + ["--out", str(proj), "--overwrite", "--buckets", "16"])
 
 
+@pytest.mark.slow  # three trainer starts (~36 s on a 2-vCPU Zen 3)
 def test_a_run_directory_refuses_a_resume_with_another_teacher_data_or_recipe(teachers, tmp_path, capsys):
     """One real run records the identity; each rerun that differs in one key is refused (exit 2) naming that key,
     before anything loads, and leaves the run untouched; ``--overwrite`` restarts it and keeps the user's file."""
@@ -208,6 +209,7 @@ def test_the_default_data_directory_belongs_to_the_teachers_content_not_its_name
     assert a.split("-")[-1] == a_moved.split("-")[-1] != b.split("-")[-1]  # the key is the content's fingerprint
 
 
+@pytest.mark.slow  # a trainer run
 def test_held_out_acceptance_is_reported_per_prompt_source(teachers, tmp_path):
     """Data mixing ShareGPT conversations (ids ``sg-...``) with synthetic ones: every held-out evaluation reports
     the simulated tau of each source beside the overall one, and the overall one counts the positions of both."""

@@ -256,6 +256,9 @@ def _train_draft_args(tiny, tiny_dir, tmp_path, ckpt_every: int = 1) -> list[str
             "--dtype", "float32"]
 
 
+# slow: the trainer's CLI end to end (~77 s on a 2-vCPU Zen 3); resume with identical state stays in the default suite
+# (test_training_resumes_from_its_checkpoint_with_identical_state), export in test_train_export
+@pytest.mark.slow
 def test_train_draft_cli_trains_exports_and_resumes(tiny, tiny_dir, tmp_path, capsys):
     """``mindspore-eagle train-draft`` end to end on a tiny teacher: trains to --max-steps, exports a head the
     converter loads, and a second call with a larger budget resumes from the checkpoint (same step count,
@@ -292,6 +295,7 @@ def test_train_draft_cli_trains_exports_and_resumes(tiny, tiny_dir, tmp_path, ca
     assert state3["stopped_by"] == "plateau" and state3["step"] == 2 and len(state3["history"]) == 2
 
 
+@pytest.mark.slow  # a trainer run of ~40 s on a 2-vCPU Zen 3; resume-with-identical-state stays in the default suite
 def test_sigterm_stops_a_run_after_its_batch_saves_it_and_exports_the_head(tiny, tiny_dir, tmp_path, monkeypatch,
                                                                             capsys):
     """A SIGTERM (a background job's session ending) during step 3 of a 6-step run: the run finishes that batch,
@@ -329,6 +333,7 @@ def test_sigterm_stops_a_run_after_its_batch_saves_it_and_exports_the_head(tiny,
     assert json.loads((tmp_path / "run" / "state.json").read_text())["step"] == 4
 
 
+@pytest.mark.slow  # a trainer run of ~50 s on a 2-vCPU Zen 3
 def test_a_run_started_from_a_head_keeps_its_weights_and_moves_lm_head_rows_by_token(tiny, tiny_dir, tmp_path):
     """``--init-head``: with ``--vocab-from-head`` and ``--max-steps 0`` the exported head equals the initial one
     tensor for tensor (the evaluation-only baseline of a new data set); with a vocabulary built from the data,
