@@ -90,7 +90,7 @@ def native_blocks(model_dir: str, weights: str, matmul: MatmulChoice) -> dict:
     naming what to do; "auto" takes them where both hold."""
     from safetensors import safe_open
 
-    from .convert.teacher import QUANTIZED_NAME
+    from .storage.checkpoint import QUANTIZED_NAME
 
     path = os.path.join(model_dir, QUANTIZED_NAME)
     usable = matmul.custom and matmul.dtype == "float32"

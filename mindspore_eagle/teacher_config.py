@@ -193,3 +193,31 @@ class TeacherConfig:
             if hint:
                 raise CheckpointError(hint)
         return cls.from_dict(d)
+
+
+def expected_weight_shapes(cfg: TeacherConfig) -> dict[str, tuple[int, ...]]:
+    """Checkpoint names and shapes of a teacher, computed from the config alone (no Cell built).
+
+    Linear weights are ``[in, out]``. Used by the converter to validate before anything is written, and by ``setup`` to check an
+    installed model without importing MindSpore.
+    """
+    h, d, i = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
+    q_out, kv_out = cfg.num_heads * d, cfg.num_kv_heads * d
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (cfg.vocab_size, h), "model.norm.weight": (h,)}
+    for n in range(cfg.num_layers):
+        p = f"model.layers.{n}."
+        shapes[p + "input_layernorm.weight"] = (h,)
+        shapes[p + "post_attention_layernorm.weight"] = (h,)
+        for name, out in (("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)):
+            shapes[p + f"self_attn.{name}.weight"] = (h, out)
+            if cfg.qkv_bias:
+                shapes[p + f"self_attn.{name}.bias"] = (out,)
+        shapes[p + "self_attn.o_proj.weight"] = (q_out, h)
+        if cfg.o_bias:
+            shapes[p + "self_attn.o_proj.bias"] = (h,)
+        shapes[p + "mlp.gate_proj.weight"] = (h, i)
+        shapes[p + "mlp.up_proj.weight"] = (h, i)
+        shapes[p + "mlp.down_proj.weight"] = (i, h)
+    if not cfg.tie_word_embeddings:
+        shapes["lm_head.weight"] = (h, cfg.vocab_size)
+    return shapes

@@ -23,11 +23,10 @@ from typing import Callable, Mapping
 import numpy as np
 
 from ..storage.atomic import atomic_directory, check_output_dir
-from ..storage.checkpoint import CKPT_NAME, save_tensors
+from ..storage.checkpoint import CKPT_NAME, QUANTIZED_NAME, save_tensors
 from ..fields import read_config_json
-from ..teacher_config import TeacherConfig
+from ..teacher_config import TeacherConfig, expected_weight_shapes
 from ..errors import CheckpointError
-from ..models.pangu import expected_weight_shapes
 
 from .name_map import HF_STALE_SUFFIXES, gguf_name_to_ours, is_linear_weight, unpermute_rope_rows
 from ..kernels.layout import GGUF_BLOCK_BYTES
@@ -87,9 +86,6 @@ def gguf_to_ours(tensors: Mapping[str, np.ndarray], cfg: TeacherConfig) -> dict[
     if unknown:
         raise CheckpointError(f"GGUF tensors with no mapping to this model (unsupported variant?): {sorted(unknown)}")
     return out
-
-
-QUANTIZED_NAME = "quantized.safetensors"  # the GGUF's own blocks of a converted model (``--weights native``)
 
 
 def gguf_blocks_to_ours(blocks: Mapping[str, tuple[str, np.ndarray]], cfg: TeacherConfig) -> dict[str, tuple[str, np.ndarray]]:

@@ -27,11 +27,20 @@ visible rows only, with the same batch invariance.
                   training data's teacher forward)
 """
 
-from .cache_ops import (DecoderLayerKernel, DecoderStackKernel, RowMoveKernel, TreeAttentionKernel,
-                        fused_attention_supported, fused_layer_supported)
-from .choice import MatmulChoice
-from .ops import LinearKernel, check_packed, kernel_status, pack_weights
+import importlib
 
-__all__ = ["DecoderLayerKernel", "DecoderStackKernel", "LinearKernel", "MatmulChoice", "RowMoveKernel",
-           "TreeAttentionKernel", "check_packed", "fused_attention_supported", "fused_layer_supported",
-           "kernel_status", "pack_weights"]
+# Imported on first use (PEP 562): ``build`` (compile and load the library) needs no MindSpore, so ``setup`` and the
+# suffix index's loader stay light; the ops below import MindSpore.
+_EXPORTS = {"DecoderLayerKernel": "cache_ops", "DecoderStackKernel": "cache_ops", "RowMoveKernel": "cache_ops",
+            "TreeAttentionKernel": "cache_ops", "fused_attention_supported": "cache_ops",
+            "fused_layer_supported": "cache_ops", "MatmulChoice": "choice", "LinearKernel": "ops",
+            "check_packed": "ops", "kernel_status": "ops", "pack_weights": "ops"}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = sorted(_EXPORTS)

@@ -22,7 +22,7 @@ import sys
 import zipfile
 
 from .atomic import recover, temp_path
-from .checkpoint import CKPT_NAME, check_safetensors_file
+from .checkpoint import CKPT_NAME, QUANTIZED_NAME, check_safetensors_file
 from ..errors import AssetError, CheckpointError
 from .paths import home
 
@@ -87,9 +87,8 @@ def model_dir_problem(model_dir: str) -> str | None:
     milliseconds even for the 0.5 GB default model."""
     import json
 
-    from ..teacher_config import TeacherConfig
+    from ..teacher_config import TeacherConfig, expected_weight_shapes
     from ..errors import EagleError
-    from ..models.pangu import expected_weight_shapes
 
     try:
         cfg = TeacherConfig.load(model_dir)
@@ -111,8 +110,6 @@ def model_dir_problem(model_dir: str) -> str | None:
 def install_default_model(allow_download: bool = True) -> str:
     """Fetch (if needed), verify and convert the default teacher; return its model directory. A directory that
     fails ``model_dir_problem`` (truncated weights, broken config ...) is converted again."""
-    from ..convert.teacher import QUANTIZED_NAME
-
     out = default_model_dir()
     recover(out)
     problem = model_dir_problem(out) if os.path.isdir(out) else "not installed"

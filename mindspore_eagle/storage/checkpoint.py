@@ -28,6 +28,7 @@ from ..errors import CheckpointError
 # must not look like a HF or public EAGLE-3 checkpoint to other tools -- or to ``load_head``, which tells the
 # two head formats apart by this file name.
 CKPT_NAME = "weights.safetensors"
+QUANTIZED_NAME = "quantized.safetensors"  # the GGUF's own blocks of a converted model (``--weights native``)
 LEGACY_CKPT_NAME = "model.ckpt"
 
 
