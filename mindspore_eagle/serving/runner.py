@@ -78,6 +78,12 @@ class EngineRunner:
     def draining(self) -> bool:
         return self._drain_deadline is not None
 
+    @property
+    def unfinished_at_shutdown(self) -> int:
+        """Requests the shutdown cancels: those the drain deadline cancelled and those still open now."""
+        with self._lock:
+            return len(set(self._streams) | self._shutdown_ids)
+
     def submit(self, loop: asyncio.AbstractEventLoop, **kwargs) -> Stream:
         """``engine.submit(**kwargs)`` (its typed errors propagate) and a stream of the request's tokens."""
         with self._lock:
