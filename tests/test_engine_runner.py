@@ -65,11 +65,11 @@ async def _drain_and_read(max_new_tokens: int, drain_s: float) -> list[StreamIte
     items, deadline = [], time.monotonic() + drain_s + 10
     while (not items or items[-1].finish_reason is None) and time.monotonic() < deadline:
         items.append(await asyncio.wait_for(stream.queue.get(), timeout=30))
-    cancelled = runner.unfinished_at_shutdown  # what the server's "engine stopped" line reports
     await asyncio.get_running_loop().run_in_executor(None, runner.shutdown)
     assert items[-1].finish_reason is not None, f"still streaming {drain_s + 10:g} s after the drain began"
     assert not engine.running and runner.open_streams == 0
-    assert cancelled == (items[-1].finish_reason == "cancelled")
+    # what the server's "engine stopped" line reports
+    assert runner.cancelled_at_shutdown == (items[-1].finish_reason == "cancelled")
     return items
 
 

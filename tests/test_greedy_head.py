@@ -499,7 +499,8 @@ def test_an_untied_q8_output_head_gives_the_argmax_of_its_logits_and_the_same_ge
 
 
 # slow: ~70 s on a 2-vCPU Zen 3; the default teacher's greedy-head tokens stay checked against transformers
-# (test_kernel_lossless_default) and the head's argmax against the logits on a dense default teacher below
+# (test_kernel_lossless_default) and the head's argmax against the logits on a dense default teacher
+# (test_the_dense_default_teacher_takes_the_greedy_head_through_a_q8_copy)
 @pytest.mark.slow
 def test_default_teachers_greedy_forwards_give_the_argmax_of_its_logits():
     """The shipped model (native Q8 embedding as the tied head): its greedy output is the head's token (where it is

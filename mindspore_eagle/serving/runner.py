@@ -79,10 +79,10 @@ class EngineRunner:
         return self._drain_deadline is not None
 
     @property
-    def unfinished_at_shutdown(self) -> int:
-        """Requests the shutdown cancels: those the drain deadline cancelled and those still open now."""
+    def cancelled_at_shutdown(self) -> int:
+        """Requests the shutdown cancelled: at the drain deadline or, still open, in ``shutdown``."""
         with self._lock:
-            return len(set(self._streams) | self._shutdown_ids)
+            return len(self._shutdown_ids)
 
     def submit(self, loop: asyncio.AbstractEventLoop, **kwargs) -> Stream:
         """``engine.submit(**kwargs)`` (its typed errors propagate) and a stream of the request's tokens."""
@@ -103,11 +103,9 @@ class EngineRunner:
             return len(self._streams)
 
     def shutdown(self, timeout: float = 30.0) -> None:
-        """Cancel everything in flight, let the engine free the slots, and stop the thread."""
-        with self._lock:
-            ids = list(self._streams)
-        for rid in ids:
-            self.engine.cancel(rid)
+        """Cancel everything in flight (with the shutdown error), let the engine free the slots, and stop the
+        thread."""
+        self._cancel_for_shutdown()
         self._stop = True
         self._wake.set()
         self._thread.join(timeout)

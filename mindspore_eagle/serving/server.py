@@ -142,9 +142,8 @@ def create_app(engine: BatchEngine, tokenizer, eos, config: ServerConfig):
     async def lifespan(app):
         runner.start()
         yield
-        cancelled = runner.unfinished_at_shutdown
         await asyncio.get_running_loop().run_in_executor(None, runner.shutdown)
-        print(f"engine stopped: {cancelled} request(s) in flight cancelled, {len(engine.free_slots)}/"
+        print(f"engine stopped: {runner.cancelled_at_shutdown} request(s) in flight cancelled, {len(engine.free_slots)}/"
               f"{engine.max_seqs} slots free", file=sys.stderr, flush=True)
 
     app = FastAPI(title="mindspore-eagle", lifespan=lifespan)
